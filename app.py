@@ -1,0 +1,1 @@
+"""Placeholder; the chat UI arrives with issue 3."""

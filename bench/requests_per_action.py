@@ -1,0 +1,86 @@
+"""Requests and modeled capacity per action, beside the design's budget (DESIGN.md).
+
+    python bench/requests_per_action.py
+
+The workload is the design's: a sidebar of 20 sessions, a session of 20 turns whose
+items are just under 4 KB, a 4 KB answer. Figures are exact counts from botocore's
+events and the capacity model (the embedded server's own figures are wrong).
+"""
+from __future__ import annotations
+
+from common import fresh_store, print_table
+
+from lib import keys
+
+USER = "bench@example.com"
+
+
+def main() -> None:
+    store, meter, _ = fresh_store()
+    measured: dict[str, list] = {}
+
+    def measure(action: str, fn):
+        meter.clear()
+        result = fn()
+        records = meter.records()
+        ops = [r.operation for r in records]
+        wru = sum(r.units for r in records if r.kind == "write")
+        rru = sum(r.units for r in records if r.kind == "read")
+        measured[action] = [len(records), "+".join(dict.fromkeys(ops)), wru, rru]
+        return result
+
+    def finish(message, size=4096):
+        """Finish a turn so that its item is exactly `size` bytes: the design's 4 KB message."""
+        text = "a" * (size - message.size - overhead)
+        done = store.finish_message(USER, message, output_body=text, input_token=12, output_token=900,
+                                    response_start_time=message.create_time, response_end_time=keys.now())
+        assert done.size == size, done.size
+        return done
+
+    # What a finish adds besides the answer text (names, token counts, times, flag) is constant: calibrate it.
+    _, probe = store.create_session("calibration", "probe", system_prompt_id="default-v1")
+    overhead = 0
+    overhead = store.finish_message("calibration", probe, output_body="", input_token=12, output_token=900,
+                                    response_start_time=probe.create_time, response_end_time=keys.now()).size - probe.size
+
+    for i in range(19):
+        store.create_session(USER, f"older chat {i}", system_prompt_id="default-v1")
+    session, message = measure("create", lambda: store.create_session(USER, "How should I store chat history?",
+                                                                      system_prompt_id="default-v1"))
+    measure("finish (4 KB)", lambda: finish(message))
+    for _ in range(18):
+        session, message = store.send_message(USER, session, "and then?", system_prompt_id="default-v1")
+        finish(message)
+    session, message = measure("send", lambda: store.send_message(USER, session, "and then?",
+                                                                  system_prompt_id="default-v1"))
+    finish(message)
+    measure("sidebar (20 sessions)", lambda: store.list_sessions(USER))
+    view = measure("open (meta + 20 turns)", lambda: store.open_session(USER, session.session_id))
+    assert len(view.messages) == 20
+    session, message = store.send_message(USER, session, "one more", system_prompt_id="default-v1")
+    measure("fail", lambda: store.fail_message(USER, message, output_body="partial", error="overloaded"))
+    measure("rename", lambda: store.rename_session(USER, session, "Chat history design"))
+
+    budget = {
+        "sidebar (20 sessions)": (1, "Query", 0, 1),
+        "open (meta + 20 turns)": (1, "Query", 0, 21),
+        "create": (1, "TransactWriteItems", 6, 0),
+        "send": (1, "TransactWriteItems", 8, 0),
+        "finish (4 KB)": (1, "UpdateItem", 4, 0),
+        "fail": (1, "UpdateItem", 1, 0),
+        "rename": (1, "TransactWriteItems", 4, 0),
+    }
+    rows, ok = [], True
+    for action, (requests, operation, wru, rru) in budget.items():
+        got = measured[action]
+        match = got == [requests, operation, wru, rru]
+        ok &= match
+        rows.append([action, got[0], got[1], got[2], got[3], f"{requests} {operation}, {wru} WRU, {rru} RRU",
+                     "yes" if match else "NO"])
+    print_table(["action", "requests", "operation", "WRU", "RRU", "design budget", "match"], rows)
+    print("\nall actions within budget" if ok else "\nBUDGET EXCEEDED")
+    raise SystemExit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()

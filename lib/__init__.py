@@ -1,0 +1,1 @@
+"""The chat app's library: everything the Streamlit pages call."""

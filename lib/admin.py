@@ -1,0 +1,42 @@
+"""Operator commands: `python -m lib.admin create-table` (more subcommands: see --help)."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+import boto3
+
+from lib.config import Settings
+from lib.database import RETRIES
+from lib.schema import TTL_ATTRIBUTE, create_table, table_exists
+
+
+def create_aws_table(settings: Settings) -> str:
+    """Create the table on AWS: on-demand, TTL attribute, point-in-time recovery, deletion protection."""
+    client = boto3.session.Session().client("dynamodb", region_name=settings.region, endpoint_url=settings.dynamodb_endpoint or None,
+                          config=RETRIES)
+    if table_exists(client, settings.table):
+        return f"Table '{settings.table}' already exists in {settings.region}; nothing changed."
+    create_table(client, settings.table)
+    client.update_time_to_live(TableName=settings.table,
+                               TimeToLiveSpecification={"Enabled": True, "AttributeName": TTL_ATTRIBUTE})
+    client.update_continuous_backups(TableName=settings.table,
+                                     PointInTimeRecoverySpecification={"PointInTimeRecoveryEnabled": True})
+    client.update_table(TableName=settings.table, DeletionProtectionEnabled=True)
+    return (f"Created table '{settings.table}' in {settings.region}: on-demand, TTL on '{TTL_ATTRIBUTE}', "
+            "point-in-time recovery, deletion protection.")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m lib.admin", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("create-table", help="create the DynamoDB table on AWS (uses CHAT_TABLE, CHAT_REGION)")
+    args = parser.parse_args(argv)
+    settings = Settings.load()
+    if args.command == "create-table":
+        print(create_aws_table(settings))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,204 @@
+"""Consumed capacity: DynamoDB's published sizing rules as a model, and a meter on the client.
+
+The meter hooks botocore's event system once per client: every request gets
+ReturnConsumedCapacity=TOTAL, and after each call it records what the service
+reported beside what the model says. Emulators report wrong figures (moto: a 3 KB
+Put is 1.0, an UpdateItem 0.5, a transaction []), so a meter built with
+trust_reported=False uses the modeled units.
+"""
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import math
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Mapping
+
+from lib.itemsize import item_size, value_size
+
+WRITE_UNIT_BYTES = 1024
+READ_UNIT_BYTES = 4096
+
+# A write whose condition failed still consumed capacity, but the service reports none.
+CHARGED_FAILURES = ("ConditionalCheckFailedException", "TransactionCanceledException")
+
+ACTIONS = ("sidebar", "open", "create", "send", "finish", "fail", "retry", "rename", "feedback", "title", "export", "ledger",
+           "other")
+
+
+# --- the model -------------------------------------------------------------
+
+def write_units(size: int) -> int:
+    """1 WRU per started KB, at least 1."""
+    return max(1, math.ceil(size / WRITE_UNIT_BYTES))
+
+
+def read_units(size: int, *, consistent: bool) -> float:
+    """1 RRU per started 4 KB strongly consistent, half that eventually consistent; at least one unit."""
+    units = max(1, math.ceil(size / READ_UNIT_BYTES))
+    return float(units) if consistent else units / 2
+
+
+def _key_and_values_size(params: Mapping[str, Any]) -> int:
+    """A lower bound of an item's size from an Update/Delete request: its key plus the values written."""
+    values = (params.get("ExpressionAttributeValues") or {}).values()
+    names = (params.get("ExpressionAttributeNames") or {}).values()
+    return item_size(params["Key"]) + sum(value_size(v) for v in values) + sum(len(n.encode()) for n in names)
+
+
+def _transact_action_size(action: Mapping[str, Any]) -> int:
+    (kind, body), = action.items()
+    if kind == "Put":
+        return item_size(body["Item"])
+    if kind == "Update":
+        return _key_and_values_size(body)
+    return item_size(body["Key"])  # Delete, ConditionCheck
+
+
+def modeled_units(operation: str, params: Mapping[str, Any], parsed: Mapping[str, Any]) -> tuple[str, float]:
+    """(kind, units) of one call by CAPACITY.md; kind is "read" or "write".
+
+    Writes use the larger of the before and after images where the response
+    carries one (ReturnValues); otherwise the request's own item, or, for an
+    Update or Delete with no image, the key and written values (a lower bound,
+    exact for items that stay under 1 KB such as the session meta and list items).
+    """
+    consistent = bool(params.get("ConsistentRead"))
+    if operation in ("Query", "Scan"):
+        # A Query sums the sizes of all items evaluated, then rounds once.
+        return "read", read_units(sum(item_size(i) for i in parsed.get("Items", [])), consistent=consistent)
+    if operation == "GetItem":
+        return "read", read_units(item_size(parsed.get("Item", {})), consistent=consistent)
+    if operation == "BatchGetItem":
+        units = 0.0
+        for table, items in parsed.get("Responses", {}).items():
+            strong = bool(params["RequestItems"][table].get("ConsistentRead"))
+            units += sum(read_units(item_size(i), consistent=strong) for i in items)
+        return "read", units
+    if operation == "TransactGetItems":
+        return "read", sum(2 * read_units(item_size(r.get("Item", {})), consistent=True) for r in parsed.get("Responses", []))
+    if operation == "PutItem":
+        before = item_size(parsed.get("Attributes", {}))
+        return "write", write_units(max(before, item_size(params["Item"])))
+    if operation == "UpdateItem":
+        image = parsed.get("Attributes")
+        return "write", write_units(item_size(image) if image else _key_and_values_size(params))
+    if operation == "DeleteItem":
+        image = parsed.get("Attributes")
+        return "write", write_units(item_size(image) if image else item_size(params["Key"]))
+    if operation == "TransactWriteItems":
+        # Each item rounded up on its own, then doubled.
+        return "write", sum(2 * write_units(_transact_action_size(a)) for a in params["TransactItems"])
+    if operation == "BatchWriteItem":
+        units = 0
+        for requests in params["RequestItems"].values():
+            for request in requests:
+                if "PutRequest" in request:
+                    units += write_units(item_size(request["PutRequest"]["Item"]))
+                else:
+                    units += write_units(item_size(request["DeleteRequest"]["Key"]))
+        return "write", units
+    return "other", 0.0
+
+
+def reported_units(parsed: Mapping[str, Any]) -> float | None:
+    """The service's ConsumedCapacity total, or None when it sent none."""
+    consumed = parsed.get("ConsumedCapacity")
+    if consumed is None:
+        return None
+    if isinstance(consumed, Mapping):
+        consumed = [consumed]
+    if not consumed:
+        return None  # moto answers [] for transactions
+    return float(sum(c.get("CapacityUnits", 0.0) for c in consumed))
+
+
+# --- the meter -------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Usage:
+    """One DynamoDB call: what the service reported and what the model says."""
+
+    operation: str
+    action: str
+    kind: str  # "read" | "write" | "other"
+    reported: float | None
+    modeled: float
+    source: str  # "service" | "model": which figure `units` is
+    ok: bool
+    at: float  # epoch seconds
+
+    @property
+    def units(self) -> float:
+        return self.reported if self.source == "service" else self.modeled
+
+
+class Meter:
+    """Records a Usage per DynamoDB call on every client it is installed on."""
+
+    def __init__(self, *, trust_reported: bool, keep: int = 10_000):
+        self.trust_reported = trust_reported
+        self._action: contextvars.ContextVar[str] = contextvars.ContextVar("capacity_action", default="other")
+        self._lock = threading.Lock()
+        self._recent: deque[Usage] = deque(maxlen=keep)
+        self._listeners: list[Callable[[Usage], None]] = []
+
+    def install(self, client: Any) -> Any:
+        """Hook this meter into a boto3 DynamoDB client's events; returns the client."""
+        events = client.meta.events
+        events.register("provide-client-params.dynamodb", self._ask_for_capacity)
+        events.register("before-parameter-build.dynamodb", self._remember_params)
+        events.register("after-call.dynamodb", self._record)
+        return client
+
+    @contextlib.contextmanager
+    def action(self, name: str) -> Iterator[None]:
+        """Label every call made inside the block with `name` (sidebar, send, ...)."""
+        token = self._action.set(name)
+        try:
+            yield
+        finally:
+            self._action.reset(token)
+
+    def subscribe(self, listener: Callable[[Usage], None]) -> None:
+        self._listeners.append(listener)
+
+    def records(self) -> list[Usage]:
+        with self._lock:
+            return list(self._recent)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._recent.clear()
+
+    # botocore handlers --------------------------------------------------
+
+    @staticmethod
+    def _ask_for_capacity(params: dict, model: Any, **_: Any) -> None:
+        if "ReturnConsumedCapacity" in model.input_shape.members:
+            params.setdefault("ReturnConsumedCapacity", "TOTAL")
+
+    def _remember_params(self, params: dict, context: dict, **_: Any) -> None:
+        context["meter_params"] = params
+        context["meter_action"] = self._action.get()
+
+    def _record(self, http_response: Any, parsed: Mapping[str, Any], model: Any, context: dict, **_: Any) -> None:
+        params = context.get("meter_params")
+        if params is None:
+            return
+        ok = http_response.status_code < 300
+        kind, modeled = modeled_units(model.name, params, parsed if ok else {})
+        if kind == "other":
+            return  # control-plane calls (CreateTable, DescribeTable) carry no capacity
+        if not ok and parsed.get("Error", {}).get("Code") not in CHARGED_FAILURES:
+            modeled = 0.0  # throttled or invalid: nothing was read or written
+        reported = reported_units(parsed) if ok else None
+        source = "service" if (self.trust_reported and reported is not None) else "model"
+        usage = Usage(model.name, context.get("meter_action", "other"), kind, reported, modeled, source, ok, time.time())
+        with self._lock:
+            self._recent.append(usage)
+        for listener in self._listeners:
+            listener(usage)

@@ -1,0 +1,88 @@
+"""Opens the configured DynamoDB: the embedded local server, or the real table on AWS. Never one for the other."""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, NoRegionError
+
+from lib.capacity import Meter
+from lib.config import Settings
+from lib.errors import ConfigError, StoreUnavailable
+from lib.local_dynamo import LocalDynamo
+from lib.schema import create_table, table_exists
+from lib.store import ChatStore
+
+# Throttles and transient errors are retried by botocore before the store sees them.
+RETRIES = Config(retries={"mode": "adaptive", "max_attempts": 5}, connect_timeout=5, read_timeout=30)
+
+# moto's backend is process-wide, so is the server that serves it: one per data folder.
+_local_servers: dict[str | None, LocalDynamo] = {}
+_local_lock = threading.Lock()
+
+
+@dataclass(frozen=True)
+class Database:
+    """A ready table: its client (metered), name, meter, and a sentence saying where the data lives."""
+
+    client: Any
+    table: str
+    meter: Meter
+    where: str
+    local: bool
+
+    def store(self, cursor_secret: str | None = None) -> ChatStore:
+        return ChatStore(self.client, self.table, self.meter, cursor_secret=cursor_secret or None)
+
+
+def local_server(data_dir: str | None, region: str) -> LocalDynamo:
+    """The process's embedded DynamoDB for `data_dir`, started (and restored) on first use."""
+    with _local_lock:
+        server = _local_servers.get(data_dir)
+        if server is None:
+            server = LocalDynamo(data_dir, region).start()
+            _local_servers[data_dir] = server
+        return server
+
+
+def local_client(server: LocalDynamo) -> Any:
+    return boto3.session.Session().client("dynamodb", region_name=server.region, endpoint_url=server.endpoint_url,
+                        aws_access_key_id="local", aws_secret_access_key="local", config=RETRIES)
+
+
+def open_database(settings: Settings) -> Database:
+    """Connect as configured; ConfigError or StoreUnavailable says what is wrong and how to fix it."""
+    meter = Meter(trust_reported=settings.backend == "aws")
+    if settings.backend == "local":
+        server = local_server(settings.data_dir or None, settings.region)
+        client = meter.install(local_client(server))
+        with _local_lock:
+            if not table_exists(client, settings.table):
+                create_table(client, settings.table)
+                server.restore(lambda name: None if name == settings.table else create_table(client, name))
+        where = (f"local embedded DynamoDB, saved in {settings.data_dir}/" if settings.data_dir
+                 else "local embedded DynamoDB, in memory only (lost when the app stops)")
+        return Database(client, settings.table, meter, where, local=True)
+
+    try:
+        client = boto3.session.Session().client("dynamodb", region_name=settings.region,
+                              endpoint_url=settings.dynamodb_endpoint or None, config=RETRIES)
+        if not table_exists(client, settings.table):
+            raise ConfigError(
+                f"CHAT_BACKEND=aws, but table '{settings.table}' does not exist in {settings.region}. "
+                f"Create it with: python -m lib.admin create-table"
+            )
+    except (NoCredentialsError, NoRegionError) as exc:
+        raise ConfigError(
+            "CHAT_BACKEND=aws, but no AWS credentials were found. Configure them (an instance role, "
+            "AWS_PROFILE, or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY), or unset CHAT_BACKEND for the local demo."
+        ) from exc
+    except ClientError as exc:
+        raise ConfigError(f"CHAT_BACKEND=aws, but DynamoDB refused us: {exc}") from exc
+    except BotoCoreError as exc:
+        raise StoreUnavailable(f"CHAT_BACKEND=aws, but DynamoDB in {settings.region} cannot be reached: {exc}") from exc
+    meter.install(client)
+    return Database(client, settings.table, meter, f"DynamoDB table '{settings.table}' in {settings.region}", local=False)

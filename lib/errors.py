@@ -1,0 +1,53 @@
+"""Domain errors: the only exceptions pages catch and show to the user."""
+
+
+class ChatError(Exception):
+    """Base class of every error the app shows to a user."""
+
+
+class SessionNotFound(ChatError):
+    """No session with that id belongs to the signed-in user."""
+
+
+class SessionChanged(ChatError):
+    """The session kept changing under us (another tab sending); retries exhausted."""
+
+
+class MessageNotPending(ChatError):
+    """The turn was already finished or failed; the second writer lost."""
+
+
+class MessageNotFound(ChatError):
+    """No message with that id in the user's session."""
+
+
+class MessageTooLarge(ChatError):
+    """The question would push the message item past DynamoDB's 400 KB item limit."""
+
+
+class EmptyMessage(ChatError):
+    """The question is empty or only whitespace."""
+
+
+class InvalidTitle(ChatError):
+    """A session title must be 1 to 120 characters."""
+
+
+class InvalidCursor(ChatError):
+    """The page cursor was tampered with, expired, or belongs to another user or session."""
+
+
+class StoreUnavailable(ChatError):
+    """DynamoDB cannot be reached, throttled us past our retries, or the table is missing."""
+
+
+class ConfigError(ChatError):
+    """The configuration asks for something that cannot work; the message says what to set."""
+
+
+class ModelError(ChatError):
+    """The model call failed; the message is written for the user."""
+
+
+class NotAuthenticated(ChatError):
+    """No trusted identity came with the request."""

@@ -1,0 +1,101 @@
+"""Every key, time and id format of the single table (DESIGN.md); nothing else builds a key.
+
+Records and their keys:
+    list item     pk USER#<user_id>               sk SES#<last_message_time>#<session_id>
+    session meta  pk USER#<user_id>#SES#<session_id>  sk SES#META
+    message       pk USER#<user_id>#SES#<session_id>  sk MSG#<message_id>
+
+Invariant: every key starts with USER#<user_id>, and user_id comes from the
+authenticated identity, so one user's request cannot name another user's item.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import re
+
+from ulid import ULID
+
+USER_PREFIX = "USER#"
+SESSION_PREFIX = "SES#"
+MESSAGE_PREFIX = "MSG#"
+META_SK = "SES#META"
+
+# ULID: 26 chars of Crockford base32 (no I, L, O, U); sorts in creation order.
+_ULID_RE = re.compile(r"^[0-9A-HJKMNP-TV-Z]{26}$")
+# Fixed-length UTC time with milliseconds, so string order is time order.
+_TIME_RE = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$")
+_LIST_SK_RE = re.compile(r"^SES#(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z)#([0-9A-HJKMNP-TV-Z]{26})$")
+_MSG_SK_RE = re.compile(r"^MSG#([0-9A-HJKMNP-TV-Z]{26})$")
+
+
+def format_time(moment: _dt.datetime) -> str:
+    """ISO 8601 UTC with milliseconds, fixed length: 2026-11-06T08:30:45.123Z."""
+    moment = moment.astimezone(_dt.timezone.utc)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+
+
+def parse_time(text: str) -> _dt.datetime:
+    """The datetime of a key time; ValueError if it is not in the key format."""
+    if not _TIME_RE.match(text):
+        raise ValueError(f"not a key time: {text!r}")
+    return _dt.datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=_dt.timezone.utc)
+
+
+def now() -> str:
+    """The current time in key format."""
+    return format_time(_dt.datetime.now(_dt.timezone.utc))
+
+
+def later_than(previous: str) -> str:
+    """Now, or one millisecond after `previous` if the clock has not passed it.
+
+    A send must move last_message_time strictly forward: an equal time would make
+    the Delete of the old list item and the Put of the new one name the same key,
+    which DynamoDB rejects inside one transaction, and the sidebar would not move.
+    """
+    current = now()
+    if current > previous:
+        return current
+    return format_time(parse_time(previous) + _dt.timedelta(milliseconds=1))
+
+
+def new_id() -> str:
+    """A new ULID: 26 chars whose string order is creation order."""
+    return str(ULID())
+
+
+def is_id(text: object) -> bool:
+    """True if `text` is a well-formed ULID (session and message ids)."""
+    return isinstance(text, str) and bool(_ULID_RE.match(text))
+
+
+def user_pk(user_id: str) -> str:
+    if not user_id or not isinstance(user_id, str):
+        raise ValueError("user_id must be a non-empty string from the authenticated identity")
+    return f"{USER_PREFIX}{user_id}"
+
+
+def session_pk(user_id: str, session_id: str) -> str:
+    return f"{user_pk(user_id)}#{SESSION_PREFIX}{session_id}"
+
+
+def list_key(user_id: str, last_message_time: str, session_id: str) -> dict[str, str]:
+    """The sidebar record: sorts by last_message_time under the user's pk."""
+    return {"pk": user_pk(user_id), "sk": f"{SESSION_PREFIX}{last_message_time}#{session_id}"}
+
+
+def meta_key(user_id: str, session_id: str) -> dict[str, str]:
+    """The session record: found by id; SES#META sorts after every MSG#."""
+    return {"pk": session_pk(user_id, session_id), "sk": META_SK}
+
+
+def message_key(user_id: str, session_id: str, message_id: str) -> dict[str, str]:
+    return {"pk": session_pk(user_id, session_id), "sk": f"{MESSAGE_PREFIX}{message_id}"}
+
+
+def is_list_sk(sk: str) -> bool:
+    return bool(_LIST_SK_RE.match(sk))
+
+
+def is_message_sk(sk: str) -> bool:
+    return bool(_MSG_SK_RE.match(sk))

@@ -1,0 +1,129 @@
+"""The values the store hands out: small frozen dataclasses, never raw DynamoDB dicts."""
+from __future__ import annotations
+
+import datetime as _dt
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from lib import keys
+
+PENDING, DONE, FAILED = "pending", "done", "failed"
+
+
+@dataclass(frozen=True)
+class Session:
+    """The session meta record; `last_message_time` is the :old of the next conditional write."""
+
+    session_id: str
+    user_id: str
+    title: str
+    create_time: str
+    last_message_time: str
+    message_count: int
+
+    @classmethod
+    def from_item(cls, item: dict[str, Any]) -> "Session":
+        return cls(
+            session_id=item["session_id"],
+            user_id=item["user_id"],
+            title=item["title"],
+            create_time=item["create_time"],
+            last_message_time=item["last_message_time"],
+            message_count=int(item["message_count"]),
+        )
+
+
+@dataclass(frozen=True)
+class SessionSummary:
+    """A sidebar row, read from the list item."""
+
+    session_id: str
+    title: str
+    last_message_time: str
+
+    @classmethod
+    def from_item(cls, item: dict[str, Any]) -> "SessionSummary":
+        return cls(item["session_id"], item["title"], item["sk"].split("#")[1])
+
+    @classmethod
+    def of(cls, session: Session) -> "SessionSummary":
+        return cls(session.session_id, session.title, session.last_message_time)
+
+
+@dataclass(frozen=True)
+class Message:
+    """One turn: the question and, once finished, the answer in the same item."""
+
+    message_id: str
+    session_id: str
+    create_time: str
+    input_body: str
+    system_prompt_id: str
+    status: str = PENDING
+    output_body: str = ""
+    response_start_time: str | None = None
+    response_end_time: str | None = None
+    input_token: int = 0
+    output_token: int = 0
+    model: str | None = None
+    error: str | None = None
+    output_truncated: bool = False
+    feedback: int | None = None  # 1 thumbs up, 0 thumbs down
+    size: int = field(default=0, compare=False)  # the stored item's size in bytes
+
+    @classmethod
+    def from_item(cls, item: dict[str, Any], size: int = 0) -> "Message":
+        def number(name: str) -> int:
+            return int(item.get(name, 0))
+
+        return cls(
+            message_id=item["message_id"],
+            session_id=item["session_id"],
+            create_time=item["create_time"],
+            input_body=item["input_body"],
+            system_prompt_id=item.get("system_prompt_id", ""),
+            status=item.get("status", PENDING),
+            output_body=item.get("output_body", ""),
+            response_start_time=item.get("response_start_time"),
+            response_end_time=item.get("response_end_time"),
+            input_token=number("input_token"),
+            output_token=number("output_token"),
+            model=item.get("model"),
+            error=item.get("error"),
+            output_truncated=bool(item.get("output_truncated", False)),
+            feedback=int(item["feedback"]) if "feedback" in item else None,
+            size=size,
+        )
+
+    def is_stale(self, timeout_s: float, at: _dt.datetime | None = None) -> bool:
+        """A pending turn older than the timeout: the process that owned it is gone."""
+        if self.status != PENDING:
+            return False
+        at = at or _dt.datetime.now(_dt.timezone.utc)
+        return (at - keys.parse_time(self.create_time)).total_seconds() > timeout_s
+
+    def latency_s(self) -> float | None:
+        """Seconds from the question to the end of the answer, if it finished."""
+        if not self.response_end_time:
+            return None
+        return (keys.parse_time(self.response_end_time) - keys.parse_time(self.create_time)).total_seconds()
+
+    def with_(self, **changes: Any) -> "Message":
+        return replace(self, **changes)
+
+
+@dataclass(frozen=True)
+class Page:
+    """One sidebar page; `cursor` is None on the last page."""
+
+    items: list[SessionSummary]
+    cursor: str | None
+
+
+@dataclass(frozen=True)
+class SessionView:
+    """One page of a session: its meta and turns oldest first; `cursor` pages to older turns."""
+
+    session: Session | None  # None on older pages: the meta comes only with the first
+    messages: list[Message]
+    cursor: str | None

@@ -1,0 +1,471 @@
+"""ChatStore: the only module that talks to DynamoDB. One table, primary key only (DESIGN.md).
+
+Request budget per action (an extra request is a defect):
+    list_sessions    1 Query      open_session   1 Query
+    create_session   1 TransactWriteItems (3 Puts)
+    send_message     1 TransactWriteItems (4 actions); on a lost race +1 GetItem and a retry
+    finish/fail      1 UpdateItem             rename_session  1 TransactWriteItems (2 Updates)
+"""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import replace
+from typing import Any, Iterator
+
+from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
+from botocore.exceptions import BotoCoreError, ClientError
+
+from lib import keys
+from lib.capacity import Meter
+from lib.cursor import CursorCodec
+from lib.errors import (
+    EmptyMessage,
+    InvalidCursor,
+    InvalidTitle,
+    MessageNotFound,
+    MessageNotPending,
+    MessageTooLarge,
+    SessionChanged,
+    SessionNotFound,
+    StoreUnavailable,
+)
+from lib.itemsize import ITEM_LIMIT_BYTES, item_size
+from lib.records import DONE, FAILED, PENDING, Message, Page, Session, SessionSummary, SessionView
+
+SIDEBAR_PAGE = 20
+TURNS_PAGE = 20
+TITLE_MAX_CHARS = 120  # keeps meta and list items far under 1 KB (1 WRU each)
+ANSWER_RESERVE_BYTES = 4 * 1024  # a question may fill the item only up to this much short of 400 KB
+MAX_RACE_RETRIES = 3
+
+# Errors that mean "DynamoDB is there but will not serve us now"; botocore has
+# already retried them (standard/adaptive retry mode) when they reach us.
+_UNAVAILABLE = {
+    "ProvisionedThroughputExceededException",
+    "ThrottlingException",
+    "RequestLimitExceeded",
+    "InternalServerError",
+    "ServiceUnavailable",
+    "ResourceNotFoundException",
+}
+
+_ser = TypeSerializer()
+_de = TypeDeserializer()
+
+
+def to_item(values: dict[str, Any]) -> dict[str, dict]:
+    return {k: _ser.serialize(v) for k, v in values.items() if v is not None}
+
+
+def from_item(item: dict[str, dict]) -> dict[str, Any]:
+    return {k: _de.deserialize(v) for k, v in item.items()}
+
+
+def default_title(question: str) -> str:
+    """The first words of the question, on one line, cut at a word boundary."""
+    words = " ".join(question.split())
+    if len(words) <= 60:
+        return words
+    cut = words[:60].rsplit(" ", 1)[0] or words[:60]
+    return cut + "…"
+
+
+def _cancellation_codes(exc: ClientError) -> list[str]:
+    return [reason.get("Code", "None") for reason in exc.response.get("CancellationReasons", [])]
+
+
+class ChatStore:
+    """Sessions and turns of every user on one DynamoDB table; handed its client."""
+
+    def __init__(self, client: Any, table_name: str, meter: Meter | None = None, *, cursor_secret: bytes | str | None = None):
+        self._client = client
+        self._table = table_name
+        self._meter = meter
+        self._cursors = CursorCodec(cursor_secret)
+
+    # --- plumbing -------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _action(self, name: str) -> Iterator[None]:
+        if self._meter is None:
+            yield
+            return
+        with self._meter.action(name):
+            yield
+
+    def _call(self, operation: str, **params: Any) -> dict:
+        """One request; DynamoDB being unreachable or throttling past retries becomes StoreUnavailable."""
+        if operation != "transact_write_items":  # transactions name the table per action
+            params["TableName"] = self._table
+        try:
+            return getattr(self._client, operation)(**params)
+        except ClientError as exc:
+            code = exc.response.get("Error", {}).get("Code", "")
+            if code in _UNAVAILABLE:
+                raise StoreUnavailable(
+                    "The chat database is busy or unreachable right now; nothing was lost. Try again in a moment."
+                ) from exc
+            raise
+        except BotoCoreError as exc:
+            raise StoreUnavailable("The chat database cannot be reached; nothing was lost. Try again in a moment.") from exc
+
+    # --- writes ---------------------------------------------------------
+
+    def _pending_message(self, user_id: str, session_id: str, input_body: str, system_prompt_id: str, at: str,
+                         message_id: str) -> tuple[dict, Message]:
+        if not isinstance(input_body, str) or not input_body.strip():
+            raise EmptyMessage("Type a question first.")
+        values = {
+            **keys.message_key(user_id, session_id, message_id),
+            "message_id": message_id,
+            "session_id": session_id,
+            "create_time": at,
+            "input_body": input_body,
+            "system_prompt_id": system_prompt_id,
+            "status": PENDING,
+        }
+        item = to_item(values)
+        size = item_size(item)
+        limit = ITEM_LIMIT_BYTES - ANSWER_RESERVE_BYTES
+        if size > limit:
+            raise MessageTooLarge(
+                f"Your message is {size / 1024:,.0f} KB; the limit is {limit // 1024:,} KB per turn "
+                "(DynamoDB stores a question and its answer in one item of at most 400 KB). "
+                "Shorten it or split it over several messages."
+            )
+        message = Message(message_id, session_id, at, input_body, system_prompt_id, size=size)
+        return item, message
+
+    def create_session(self, user_id: str, input_body: str, *, system_prompt_id: str,
+                       title: str | None = None) -> tuple[Session, Message]:
+        """Commit a new session and its pending first question in one transaction of 3 Puts."""
+        session_id, at = keys.new_id(), keys.now()
+        message_item, message = self._pending_message(user_id, session_id, input_body, system_prompt_id, at, keys.new_id())
+        session = Session(session_id, user_id, self._valid_title(title or default_title(input_body)), at, at, 1)
+        with self._action("create"):
+            self._call("transact_write_items", TransactItems=[
+                {"Put": {  # meta; the condition makes a duplicated id fail instead of overwriting a session
+                    "TableName": self._table,
+                    "Item": to_item({**keys.meta_key(user_id, session_id), **self._meta_values(session)}),
+                    "ConditionExpression": "attribute_not_exists(pk)",
+                }},
+                {"Put": {"TableName": self._table, "Item": self._list_item(user_id, session)}},
+                {"Put": {  # the question, durable before the model is called
+                    "TableName": self._table,
+                    "Item": message_item,
+                    "ConditionExpression": "attribute_not_exists(pk)",
+                }},
+            ])
+        return session, message
+
+    def send_message(self, user_id: str, session: Session, input_body: str, *,
+                     system_prompt_id: str) -> tuple[Session, Message]:
+        """Commit a pending question and move the session to the top of the sidebar, in one transaction.
+
+        `session.last_message_time` is the :old the caller read with the session:
+        no read precedes the write. Raises SessionChanged if other tabs keep winning.
+        """
+        message_id = keys.new_id()
+        message_item, message = self._pending_message(user_id, session.session_id, input_body, system_prompt_id,
+                                                      session.last_message_time, message_id)
+        for attempt in range(MAX_RACE_RETRIES + 1):
+            at = keys.later_than(session.last_message_time)
+            message_item["create_time"] = {"S": at}
+            try:
+                with self._action("send"):
+                    self._send_transaction(user_id, session, message_item, at)
+            except ClientError as exc:
+                if exc.response.get("Error", {}).get("Code") != "TransactionCanceledException":
+                    raise
+                codes = _cancellation_codes(exc)
+                # Index 1 (meta) or 2 (old list item) failing means another tab sent
+                # first: our :old is stale. A TransactionConflict anywhere is the same
+                # race caught mid-flight. Anything else is not ours to retry.
+                lost_race = codes[1:3].count("ConditionalCheckFailed") or "TransactionConflict" in codes
+                if not lost_race or attempt == MAX_RACE_RETRIES:
+                    if lost_race:
+                        raise SessionChanged(
+                            "This chat kept changing in another tab; your question was not sent. Reload and send again."
+                        ) from exc
+                    raise
+                with self._action("send"):
+                    session = self.get_session(user_id, session.session_id)
+                continue
+            sent = replace(session, last_message_time=at, message_count=session.message_count + 1)
+            return sent, replace(message, create_time=at)
+        raise AssertionError("unreachable")
+
+    def _send_transaction(self, user_id: str, session: Session, message_item: dict, at: str) -> None:
+        old = session.last_message_time
+        self._call("transact_write_items", TransactItems=[
+            {"Put": {  # 1. the pending question; a fresh ULID never exists, the condition guards a replay
+                "TableName": self._table,
+                "Item": message_item,
+                "ConditionExpression": "attribute_not_exists(pk)",
+            }},
+            {"Update": {  # 2. move the meta forward only from the time we read: two tabs cannot both win
+                "TableName": self._table,
+                "Key": to_item(keys.meta_key(user_id, session.session_id)),
+                "UpdateExpression": "SET last_message_time = :new ADD message_count :one",
+                "ConditionExpression": "last_message_time = :old",
+                "ExpressionAttributeValues": to_item({":new": at, ":old": old, ":one": 1}),
+            }},
+            {"Delete": {  # 3. the old sidebar row must exist, or we would leave a second row behind
+                "TableName": self._table,
+                "Key": to_item(keys.list_key(user_id, old, session.session_id)),
+                "ConditionExpression": "attribute_exists(pk)",
+            }},
+            {"Put": {  # 4. the new sidebar row, at the top
+                "TableName": self._table,
+                "Item": self._list_item(user_id, replace(session, last_message_time=at)),
+            }},
+        ])
+
+    def finish_message(self, user_id: str, message: Message, *, output_body: str, input_token: int,
+                       output_token: int, response_start_time: str, response_end_time: str,
+                       model: str | None = None) -> Message:
+        """Fill in the answer and mark the turn done (1 UpdateItem). Does not move the sidebar."""
+        with self._action("finish"):
+            return self._complete(user_id, message, DONE, output_body=output_body, input_token=input_token,
+                                  output_token=output_token, response_start_time=response_start_time,
+                                  response_end_time=response_end_time, model=model)
+
+    def fail_message(self, user_id: str, message: Message, *, output_body: str, error: str, input_token: int = 0,
+                     output_token: int = 0, response_start_time: str | None = None,
+                     response_end_time: str | None = None, model: str | None = None) -> Message:
+        """Mark the turn failed, keeping the partial answer and why (1 UpdateItem)."""
+        with self._action("fail"):
+            return self._complete(user_id, message, FAILED, output_body=output_body, input_token=input_token,
+                                  output_token=output_token, response_start_time=response_start_time,
+                                  response_end_time=response_end_time or keys.now(), model=model, error=error)
+
+    def _complete(self, user_id: str, message: Message, status: str, *, output_body: str, **fields: Any) -> Message:
+        fields = {k: v for k, v in fields.items() if v is not None}
+        output_body, truncated = self._fit_answer(user_id, message, output_body, fields)
+        values = {"output_body": output_body, "output_truncated": truncated, **fields}
+        # Every attribute goes through a #placeholder: status and error are reserved words.
+        sets = ", ".join(f"#{name} = :{name}" for name in values)
+        removes = "" if "error" in values else " REMOVE #error"
+        names = {f"#{name}": name for name in (*values, "status", "error")}
+        try:
+            response = self._call(
+                "update_item",
+                Key=to_item(keys.message_key(user_id, message.session_id, message.message_id)),
+                UpdateExpression=f"SET {sets}, #status = :status{removes}",
+                # Only a pending turn can be completed: a second finisher (the other
+                # tab, a late retry) fails instead of overwriting the answer, and a
+                # key that does not exist (a foreign or made-up id) is never created.
+                ConditionExpression="#status = :pending",
+                ExpressionAttributeNames=names,
+                ExpressionAttributeValues=to_item({**{f":{k}": v for k, v in values.items()},
+                                                   ":status": status, ":pending": PENDING}),
+                ReturnValues="ALL_NEW",
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
+            )
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
+                raise
+            if "Item" not in exc.response:
+                raise MessageNotFound("That message does not exist.") from exc
+            raise MessageNotPending("This answer was already saved (perhaps from another tab).") from exc
+        attributes = response["Attributes"]
+        return Message.from_item(from_item(attributes), size=item_size(attributes))
+
+    def _fit_answer(self, user_id: str, message: Message, output_body: str, fields: dict) -> tuple[str, bool]:
+        """Cut the answer so the finished item stays under 400 KB; the flag tells the reader."""
+        values = {**keys.message_key(user_id, message.session_id, message.message_id),
+                  "message_id": message.message_id, "session_id": message.session_id,
+                  "create_time": message.create_time, "input_body": message.input_body,
+                  "system_prompt_id": message.system_prompt_id, "status": PENDING,
+                  "output_truncated": True, "output_body": "", **fields}
+        room = ITEM_LIMIT_BYTES - item_size(to_item(values)) - 64  # slack for attribute names set later
+        encoded = output_body.encode("utf-8")
+        if len(encoded) <= room:
+            return output_body, False
+        return encoded[:max(room, 0)].decode("utf-8", errors="ignore"), True
+
+    def restart_message(self, user_id: str, message: Message) -> Message:
+        """Put a failed or interrupted turn back to pending for Retry: the same question, no duplicate (1 UpdateItem)."""
+        with self._action("retry"):
+            try:
+                response = self._call(
+                    "update_item",
+                    Key=to_item(keys.message_key(user_id, message.session_id, message.message_id)),
+                    UpdateExpression="SET #status = :pending, attempt_time = :now REMOVE output_body, #error, "
+                                     "response_start_time, response_end_time, output_truncated",
+                    # A done turn is never reopened; a pending one only when the caller saw it stale.
+                    ConditionExpression="#status IN (:failed, :pending)",
+                    ExpressionAttributeNames={"#status": "status", "#error": "error"},
+                    ExpressionAttributeValues=to_item({":pending": PENDING, ":failed": FAILED, ":now": keys.now()}),
+                    ReturnValues="ALL_NEW",
+                )
+            except ClientError as exc:
+                if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
+                    raise
+                raise MessageNotPending("This turn already has an answer.") from exc
+        attributes = response["Attributes"]
+        return Message.from_item(from_item(attributes), size=item_size(attributes))
+
+    def set_feedback(self, user_id: str, message: Message, value: int | None) -> Message:
+        """Store thumbs up (1) / down (0) on the turn, or clear it (1 UpdateItem)."""
+        key = to_item(keys.message_key(user_id, message.session_id, message.message_id))
+        if value is None:
+            expression, values = "REMOVE feedback", None
+        else:
+            expression, values = "SET feedback = :v", to_item({":v": int(bool(value))})
+        params: dict[str, Any] = dict(Key=key, UpdateExpression=expression,
+                                      ConditionExpression="attribute_exists(pk)",  # never create a stray item
+                                      ReturnValues="ALL_NEW")
+        if values:
+            params["ExpressionAttributeValues"] = values
+        with self._action("feedback"):
+            try:
+                response = self._call("update_item", **params)
+            except ClientError as exc:
+                if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
+                    raise
+                raise MessageNotFound("That message does not exist.") from exc
+        attributes = response["Attributes"]
+        return Message.from_item(from_item(attributes), size=item_size(attributes))
+
+    def rename_session(self, user_id: str, session: Session, title: str) -> Session:
+        """Set the title on the meta and the list item in one transaction of 2 Updates."""
+        title = self._valid_title(title)
+        for attempt in range(MAX_RACE_RETRIES + 1):
+            try:
+                with self._action("rename"):
+                    self._call("transact_write_items", TransactItems=[
+                        {"Update": {  # the meta, only if the sidebar row we name below is still current
+                            "TableName": self._table,
+                            "Key": to_item(keys.meta_key(user_id, session.session_id)),
+                            "UpdateExpression": "SET title = :title",
+                            "ConditionExpression": "last_message_time = :old",
+                            "ExpressionAttributeValues": to_item({":title": title, ":old": session.last_message_time}),
+                        }},
+                        {"Update": {  # the list item; must exist, or the update would create a phantom row
+                            "TableName": self._table,
+                            "Key": to_item(keys.list_key(user_id, session.last_message_time, session.session_id)),
+                            "UpdateExpression": "SET title = :title",
+                            "ConditionExpression": "attribute_exists(pk)",
+                            "ExpressionAttributeValues": to_item({":title": title}),
+                        }},
+                    ])
+                return replace(session, title=title)
+            except ClientError as exc:
+                if exc.response.get("Error", {}).get("Code") != "TransactionCanceledException":
+                    raise
+                if attempt == MAX_RACE_RETRIES:
+                    raise SessionChanged("This chat kept changing in another tab; reload and rename again.") from exc
+                with self._action("rename"):
+                    session = self.get_session(user_id, session.session_id)
+        raise AssertionError("unreachable")
+
+    @staticmethod
+    def _valid_title(title: str) -> str:
+        title = " ".join(str(title).split())
+        if not title or len(title) > TITLE_MAX_CHARS:
+            raise InvalidTitle(f"A title must be 1 to {TITLE_MAX_CHARS} characters.")
+        return title
+
+    @staticmethod
+    def _meta_values(session: Session) -> dict[str, Any]:
+        return {"session_id": session.session_id, "user_id": session.user_id, "title": session.title,
+                "create_time": session.create_time, "last_message_time": session.last_message_time,
+                "message_count": session.message_count}
+
+    @staticmethod
+    def _list_item(user_id: str, session: Session) -> dict:
+        return to_item({**keys.list_key(user_id, session.last_message_time, session.session_id),
+                        "session_id": session.session_id, "title": session.title})
+
+    # --- reads ----------------------------------------------------------
+
+    def get_session(self, user_id: str, session_id: str) -> Session:
+        """The session meta by id (1 consistent GetItem); SessionNotFound for unknown or foreign ids."""
+        if not keys.is_id(session_id):
+            raise SessionNotFound("No such chat.")
+        response = self._call("get_item", Key=to_item(keys.meta_key(user_id, session_id)), ConsistentRead=True)
+        if "Item" not in response:
+            raise SessionNotFound("No such chat.")
+        return Session.from_item(from_item(response["Item"]))
+
+    def list_sessions(self, user_id: str, *, cursor: str | None = None, limit: int = SIDEBAR_PAGE) -> Page:
+        """One sidebar page, newest first (1 Query)."""
+        pk = keys.user_pk(user_id)
+        params: dict[str, Any] = dict(
+            KeyConditionExpression="pk = :pk AND begins_with(sk, :prefix)",
+            ExpressionAttributeValues=to_item({":pk": pk, ":prefix": keys.SESSION_PREFIX}),
+            ScanIndexForward=False,  # newest first
+            Limit=limit,
+            ConsistentRead=True,  # a session just sent to is at the top on the next load
+        )
+        if cursor is not None:
+            sk = self._cursors.decode(pk, cursor).get("sk")
+            if not isinstance(sk, str) or not keys.is_list_sk(sk):
+                raise InvalidCursor("This page link is not valid any more; reload the list.")
+            params["ExclusiveStartKey"] = to_item({"pk": pk, "sk": sk})
+        with self._action("sidebar"):
+            response = self._call("query", **params)
+        items = [SessionSummary.from_item(from_item(i)) for i in response.get("Items", [])]
+        last = response.get("LastEvaluatedKey")
+        next_cursor = self._cursors.encode(pk, {"sk": last["sk"]["S"]}) if last else None
+        return Page(items, next_cursor)
+
+    def open_session(self, user_id: str, session_id: str, *, cursor: str | None = None) -> SessionView:
+        """The session meta and its newest 20 turns (1 Query, Limit 21), or an older page of 20 turns."""
+        if not keys.is_id(session_id):
+            raise SessionNotFound("No such chat.")
+        pk = keys.session_pk(user_id, session_id)
+        params: dict[str, Any] = dict(
+            KeyConditionExpression="pk = :pk",
+            ExpressionAttributeValues=to_item({":pk": pk}),
+            ScanIndexForward=False,  # SES#META sorts after every MSG#, so it comes first
+            Limit=TURNS_PAGE + 1,
+            ConsistentRead=True,
+        )
+        remaining = None
+        if cursor is not None:
+            state = self._cursors.decode(pk, cursor)
+            sk, remaining = state.get("sk"), state.get("left")
+            if not isinstance(sk, str) or not keys.is_message_sk(sk) or not isinstance(remaining, int):
+                raise InvalidCursor("This page link is not valid any more; reload the chat.")
+            params["ExclusiveStartKey"] = to_item({"pk": pk, "sk": sk})
+            params["Limit"] = TURNS_PAGE
+        with self._action("open"):
+            response = self._call("query", **params)
+        raw = response.get("Items", [])
+        session = None
+        if cursor is None:
+            if not raw or raw[0]["sk"]["S"] != keys.META_SK:
+                raise SessionNotFound("No such chat.")
+            session = Session.from_item(from_item(raw[0]))
+            raw = raw[1:]
+            remaining = session.message_count
+        messages = [Message.from_item(from_item(i), size=item_size(i)) for i in raw]
+        remaining -= len(messages)
+        last = response.get("LastEvaluatedKey")
+        # message_count tells us when the oldest turn is loaded, which saves the
+        # empty extra Query a bare LastEvaluatedKey would cost at a page boundary.
+        next_cursor = self._cursors.encode(pk, {"sk": last["sk"]["S"], "left": remaining}) \
+            if last and remaining > 0 else None
+        messages.reverse()  # oldest first, for display
+        return SessionView(session, messages, next_cursor)
+
+    def all_messages(self, user_id: str, session_id: str) -> list[Message]:
+        """Every turn of a session, oldest first, for export (1 Query per 1 MB)."""
+        if not keys.is_id(session_id):
+            raise SessionNotFound("No such chat.")
+        pk = keys.session_pk(user_id, session_id)
+        params: dict[str, Any] = dict(
+            KeyConditionExpression="pk = :pk AND begins_with(sk, :prefix)",
+            ExpressionAttributeValues=to_item({":pk": pk, ":prefix": keys.MESSAGE_PREFIX}),
+            ConsistentRead=True,
+        )
+        messages: list[Message] = []
+        with self._action("export"):
+            while True:
+                response = self._call("query", **params)
+                messages += [Message.from_item(from_item(i), size=item_size(i)) for i in response.get("Items", [])]
+                if "LastEvaluatedKey" not in response:
+                    return messages
+                params["ExclusiveStartKey"] = response["LastEvaluatedKey"]

@@ -1,0 +1,67 @@
+"""Configuration and opening the database: local by default, aws never silently local."""
+import pytest
+
+from lib import admin
+from lib.config import SETTINGS, Settings
+from lib.database import open_database
+from lib.errors import ConfigError, StoreUnavailable
+
+
+class TestSettings:
+    def test_defaults_when_nothing_is_configured(self):
+        settings = Settings.load(env={}, secrets={})
+        assert (settings.backend, settings.table, settings.region) == ("local", "chat", "us-east-1")
+
+    def test_environment_wins_over_secrets_which_win_over_defaults(self):
+        settings = Settings.load(env={"CHAT_TABLE": "from-env"}, secrets={"CHAT_TABLE": "from-secrets",
+                                                                            "CHAT_REGION": "eu-west-1"})
+        assert (settings.table, settings.region) == ("from-env", "eu-west-1")
+
+    def test_an_unknown_backend_is_refused(self):
+        with pytest.raises(ConfigError, match="CHAT_BACKEND"):
+            Settings.load(env={"CHAT_BACKEND": "postgres"}, secrets={})
+
+    def test_every_setting_is_documented_in_the_readme(self):
+        from pathlib import Path
+
+        readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+        missing = [name for name in SETTINGS if f"`{name}`" not in readme]
+        assert not missing
+
+
+class TestAws:
+    def aws(self, server, **extra):
+        return Settings.load(env={"CHAT_BACKEND": "aws", "CHAT_DYNAMODB_ENDPOINT": server.endpoint_url,
+                                  "CHAT_TABLE": "not-created-yet", **extra}, secrets={})
+
+    def test_a_missing_table_names_the_command_that_creates_it(self, server):
+        with pytest.raises(ConfigError, match="python -m lib.admin create-table"):
+            open_database(self.aws(server))
+
+    def test_create_table_makes_a_table_the_app_then_opens(self, server, monkeypatch):
+        settings = self.aws(server, CHAT_TABLE="created-by-admin")
+        message = admin.create_aws_table(settings)
+        assert "point-in-time recovery" in message
+        database = open_database(settings)
+        assert not database.local and "created-by-admin" in database.where
+        described = database.client.describe_table(TableName="created-by-admin")["Table"]
+        assert described["BillingModeSummary"]["BillingMode"] == "PAY_PER_REQUEST"
+        assert described["DeletionProtectionEnabled"] is True
+        assert "already exists" in admin.create_aws_table(settings)
+        database.client.update_table(TableName="created-by-admin", DeletionProtectionEnabled=False)
+        database.client.delete_table(TableName="created-by-admin")
+
+    def test_missing_credentials_are_a_clear_error_not_a_local_fallback(self, monkeypatch, tmp_path):
+        for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+            monkeypatch.delenv(name)
+        monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+        monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+        monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+        with pytest.raises(ConfigError, match="no AWS credentials"):
+            open_database(Settings.load(env={"CHAT_BACKEND": "aws"}, secrets={}))
+
+    def test_an_unreachable_endpoint_is_reported_not_replaced(self):
+        settings = Settings.load(env={"CHAT_BACKEND": "aws", "CHAT_DYNAMODB_ENDPOINT": "http://127.0.0.1:9"},
+                                 secrets={})
+        with pytest.raises(StoreUnavailable, match="cannot be reached"):
+            open_database(settings)

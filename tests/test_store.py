@@ -1,0 +1,335 @@
+"""ChatStore on a real (moto) table per test: request budget, ordering, paging, isolation, races, limits."""
+import threading
+
+import pytest
+
+from lib import keys
+from lib.errors import (EmptyMessage, InvalidCursor, InvalidTitle, MessageNotFound, MessageNotPending,
+                        MessageTooLarge, SessionChanged, SessionNotFound)
+from lib.itemsize import ITEM_LIMIT_BYTES
+from lib.records import DONE, FAILED, PENDING
+from lib.store import ChatStore, to_item
+
+A, B = "alice@example.com", "bob@example.com"
+PROMPT = "default-v1"
+
+
+def finish(store, user, message, text="answer"):
+    return store.finish_message(user, message, output_body=text, input_token=3, output_token=5,
+                                response_start_time=message.create_time, response_end_time=keys.now())
+
+
+def transact_actions(params):
+    return [next(iter(action)) for action in params["TransactItems"]]
+
+
+class TestRequestBudget:
+    def test_create_session_is_one_transaction_of_three_puts(self, store, requests):
+        store.create_session(A, "hello", system_prompt_id=PROMPT)
+        assert requests.names == ["TransactWriteItems"]
+        assert transact_actions(requests.calls[0][1]) == ["Put", "Put", "Put"]
+
+    def test_send_is_one_transaction_of_four_actions_and_no_read(self, store, requests):
+        session, _ = store.create_session(A, "hello", system_prompt_id=PROMPT)
+        requests.reset()
+        store.send_message(A, session, "again", system_prompt_id=PROMPT)
+        assert requests.names == ["TransactWriteItems"]
+        assert transact_actions(requests.calls[0][1]) == ["Put", "Update", "Delete", "Put"]
+
+    def test_finish_and_fail_are_one_update_each(self, store, requests):
+        session, first = store.create_session(A, "hello", system_prompt_id=PROMPT)
+        session, second = store.send_message(A, session, "again", system_prompt_id=PROMPT)
+        requests.reset()
+        finish(store, A, first)
+        store.fail_message(A, second, output_body="partial", error="model overloaded")
+        assert requests.names == ["UpdateItem", "UpdateItem"]
+
+    def test_rename_is_one_transaction_of_two_updates(self, store, requests):
+        session, _ = store.create_session(A, "hello", system_prompt_id=PROMPT)
+        requests.reset()
+        store.rename_session(A, session, "Greetings")
+        assert requests.names == ["TransactWriteItems"]
+        assert transact_actions(requests.calls[0][1]) == ["Update", "Update"]
+
+    def test_sidebar_and_open_are_one_consistent_descending_query_each(self, store, requests):
+        session, _ = store.create_session(A, "hello", system_prompt_id=PROMPT)
+        requests.reset()
+        store.list_sessions(A)
+        store.open_session(A, session.session_id)
+        assert requests.names == ["Query", "Query"]
+        sidebar, opened = (params for _, params in requests.calls)
+        assert sidebar["Limit"] == 20 and opened["Limit"] == 21
+        assert all(p["ConsistentRead"] and p["ScanIndexForward"] is False for p in (sidebar, opened))
+        assert sidebar["ExpressionAttributeValues"][":prefix"] == {"S": "SES#"}
+
+
+class TestOrdering:
+    def test_sends_to_a_b_a_put_a_on_top(self, store):
+        a, _ = store.create_session(A, "session A", system_prompt_id=PROMPT)
+        b, _ = store.create_session(A, "session B", system_prompt_id=PROMPT)
+        a, _ = store.send_message(A, a, "A again", system_prompt_id=PROMPT)
+        assert [s.title for s in store.list_sessions(A).items] == ["session A", "session B"]
+
+    def test_finishing_a_turn_does_not_move_the_sidebar(self, store):
+        a, first = store.create_session(A, "session A", system_prompt_id=PROMPT)
+        store.create_session(A, "session B", system_prompt_id=PROMPT)
+        finish(store, A, first)
+        assert [s.title for s in store.list_sessions(A).items] == ["session B", "session A"]
+
+    def test_45_sessions_page_out_each_once_newest_first(self, store, requests):
+        created = [store.create_session(A, f"chat {i}", system_prompt_id=PROMPT)[0].session_id for i in range(45)]
+        requests.reset()
+        seen, cursor, pages = [], None, 0
+        while True:
+            page = store.list_sessions(A, cursor=cursor)
+            seen += [s.session_id for s in page.items]
+            pages += 1
+            if page.cursor is None:
+                break
+            cursor = page.cursor
+        assert seen == list(reversed(created))
+        assert requests.names == ["Query"] * pages and pages == 3
+
+    def test_45_turns_page_out_each_once_oldest_first(self, store, requests):
+        session, message = store.create_session(A, "turn 0", system_prompt_id=PROMPT)
+        for i in range(1, 45):
+            session, _ = store.send_message(A, session, f"turn {i}", system_prompt_id=PROMPT)
+        requests.reset()
+        view = store.open_session(A, session.session_id)
+        assert view.session.message_count == 45
+        pages = [view.messages]
+        while view.cursor:
+            view = store.open_session(A, session.session_id, cursor=view.cursor)
+            assert view.session is None
+            pages.append(view.messages)
+        turns = [m.input_body for page in reversed(pages) for m in page]
+        assert turns == [f"turn {i}" for i in range(45)]
+        assert [len(p) for p in pages] == [20, 20, 5] and requests.names == ["Query"] * 3
+
+    def test_exactly_20_turns_need_no_second_query(self, store):
+        session, _ = store.create_session(A, "turn 0", system_prompt_id=PROMPT)
+        for i in range(1, 20):
+            session, _ = store.send_message(A, session, f"turn {i}", system_prompt_id=PROMPT)
+        view = store.open_session(A, session.session_id)
+        assert len(view.messages) == 20 and view.cursor is None
+
+
+class TestIsolation:
+    @pytest.fixture
+    def alice(self, store):
+        session, message = store.create_session(A, "alice's secret", system_prompt_id=PROMPT)
+        for i in range(25):
+            store.create_session(A, f"alice chat {i}", system_prompt_id=PROMPT)
+        return session, message
+
+    def test_bob_cannot_list_or_open_alices_sessions(self, store, alice):
+        session, _ = alice
+        assert store.list_sessions(B).items == []
+        with pytest.raises(SessionNotFound):
+            store.open_session(B, session.session_id)
+
+    def test_bob_cannot_finish_or_rename_alices_turns_and_creates_nothing(self, store, alice, client, table):
+        session, message = alice
+        with pytest.raises(MessageNotFound):
+            finish(store, B, message)
+        with pytest.raises(SessionNotFound):
+            store.rename_session(B, session, "pwned")
+        assert store.open_session(A, session.session_id).messages[0].status == PENDING
+        assert store.open_session(A, session.session_id).session.title == "alice's secret"
+        scanned = client.scan(TableName=table)["Items"]
+        assert not [i for i in scanned if i["pk"]["S"].startswith(f"USER#{B}")]
+
+    def test_bob_cannot_page_with_alices_cursor(self, store, alice):
+        page = store.list_sessions(A)
+        assert page.cursor
+        with pytest.raises(InvalidCursor):
+            store.list_sessions(B, cursor=page.cursor)
+
+    def test_a_cursor_from_one_session_does_not_open_another(self, store):
+        first, _ = store.create_session(A, "one", system_prompt_id=PROMPT)
+        other, _ = store.create_session(A, "two", system_prompt_id=PROMPT)
+        for i in range(25):
+            first, _ = store.send_message(A, first, f"{i}", system_prompt_id=PROMPT)
+        cursor = store.open_session(A, first.session_id).cursor
+        with pytest.raises(InvalidCursor):
+            store.open_session(A, other.session_id, cursor=cursor)
+        with pytest.raises(InvalidCursor):
+            store.list_sessions(A, cursor=cursor)
+
+    @pytest.mark.parametrize("cursor", ["", "garbage", "a.b", "x" * 500, "eyJzayI6IlNFUyMifQ.AAAA", "..", "é.é"])
+    def test_tampered_cursors_are_refused_without_a_request(self, store, requests, cursor):
+        with pytest.raises(InvalidCursor):
+            store.list_sessions(A, cursor=cursor)
+        assert requests.names == []
+
+    def test_a_cursor_signed_by_another_deployment_is_refused(self, store, client, table):
+        other = ChatStore(client, table, cursor_secret="another-secret")
+        for i in range(21):
+            other.create_session(A, f"chat {i}", system_prompt_id=PROMPT)
+        with pytest.raises(InvalidCursor):
+            store.list_sessions(A, cursor=other.list_sessions(A).cursor)
+
+    @pytest.mark.parametrize("session_id", ["", "nope", "01JC3Q8Z4F6M2V9K7T5R1N0B8D#SES#META", "../x", "0" * 27])
+    def test_malformed_session_ids_are_not_found_without_a_request(self, store, requests, session_id):
+        with pytest.raises(SessionNotFound):
+            store.open_session(A, session_id)
+        assert requests.names == []
+
+
+class TestTurns:
+    def test_a_finished_turn_keeps_answer_tokens_and_times(self, store):
+        session, message = store.create_session(A, "q", system_prompt_id=PROMPT)
+        done = finish(store, A, message, "the answer")
+        assert (done.status, done.output_body, done.input_token, done.output_token) == (DONE, "the answer", 3, 5)
+        assert store.open_session(A, session.session_id).messages == [done]
+
+    def test_a_failed_turn_keeps_the_partial_answer_and_the_reason(self, store):
+        session, message = store.create_session(A, "q", system_prompt_id=PROMPT)
+        failed = store.fail_message(A, message, output_body="half an ans", error="connection dropped")
+        assert (failed.status, failed.output_body, failed.error) == (FAILED, "half an ans", "connection dropped")
+
+    def test_the_second_finisher_loses_and_the_first_answer_stays(self, store):
+        session, message = store.create_session(A, "q", system_prompt_id=PROMPT)
+        finish(store, A, message, "first")
+        with pytest.raises(MessageNotPending):
+            finish(store, A, message, "second")
+        assert store.open_session(A, session.session_id).messages[0].output_body == "first"
+
+    def test_retry_reopens_a_failed_turn_without_a_second_question(self, store):
+        session, message = store.create_session(A, "q", system_prompt_id=PROMPT)
+        failed = store.fail_message(A, message, output_body="par", error="overloaded")
+        again = store.restart_message(A, failed)
+        assert again.status == PENDING and again.output_body == "" and again.error is None
+        finish(store, A, again, "complete")
+        view = store.open_session(A, session.session_id)
+        assert [(m.input_body, m.output_body, m.status) for m in view.messages] == [("q", "complete", DONE)]
+        with pytest.raises(MessageNotPending):
+            store.restart_message(A, again)
+
+    def test_feedback_is_stored_on_the_turn(self, store, requests):
+        session, message = store.create_session(A, "q", system_prompt_id=PROMPT)
+        finish(store, A, message)
+        requests.reset()
+        store.set_feedback(A, message, 1)
+        assert requests.names == ["UpdateItem"]
+        assert store.open_session(A, session.session_id).messages[0].feedback == 1
+        store.set_feedback(A, message, None)
+        assert store.open_session(A, session.session_id).messages[0].feedback is None
+
+    def test_stale_pending_turns_are_recognised(self, store):
+        import datetime as dt
+        _, message = store.create_session(A, "q", system_prompt_id=PROMPT)
+        later = keys.parse_time(message.create_time) + dt.timedelta(seconds=301)
+        assert message.is_stale(300, at=later) and not message.is_stale(302, at=later)
+
+    def test_rename_changes_sidebar_and_meta(self, store):
+        session, _ = store.create_session(A, "q", system_prompt_id=PROMPT)
+        renamed = store.rename_session(A, session, "  Key design\n notes ")
+        assert renamed.title == "Key design notes"
+        assert store.list_sessions(A).items[0].title == "Key design notes"
+        assert store.open_session(A, session.session_id).session.title == "Key design notes"
+        with pytest.raises(InvalidTitle):
+            store.rename_session(A, renamed, "   ")
+        with pytest.raises(InvalidTitle):
+            store.rename_session(A, renamed, "x" * 121)
+
+    def test_rename_with_a_stale_session_retries_with_the_fresh_one(self, store, requests):
+        session, _ = store.create_session(A, "q", system_prompt_id=PROMPT)
+        store.send_message(A, session, "moved on in another tab", system_prompt_id=PROMPT)
+        requests.reset()
+        store.rename_session(A, session, "New name")
+        assert requests.names == ["TransactWriteItems", "GetItem", "TransactWriteItems"]
+        assert [s.title for s in store.list_sessions(A).items] == ["New name"]
+
+    def test_the_default_title_is_the_first_words_of_the_question(self, store):
+        session, _ = store.create_session(A, "How should I   store chat history\nfor many users in DynamoDB without any index at all?",
+                                          system_prompt_id=PROMPT)
+        assert session.title == "How should I store chat history for many users in DynamoDB…"
+
+
+class TestLimits:
+    @pytest.mark.parametrize("text", ["", "   ", "\n\t "])
+    def test_an_empty_question_is_refused_before_any_request(self, store, requests, text):
+        with pytest.raises(EmptyMessage):
+            store.create_session(A, text, system_prompt_id=PROMPT)
+        assert requests.names == []
+
+    def test_an_oversize_question_is_refused_before_any_request_with_the_limit(self, store, requests):
+        session, _ = store.create_session(A, "q", system_prompt_id=PROMPT)
+        requests.reset()
+        with pytest.raises(MessageTooLarge, match="limit is 396 KB"):
+            store.send_message(A, session, "x" * ITEM_LIMIT_BYTES, system_prompt_id=PROMPT)
+        with pytest.raises(MessageTooLarge):
+            store.create_session(A, "€" * (ITEM_LIMIT_BYTES // 3), system_prompt_id=PROMPT)
+        assert requests.names == []
+
+    def test_the_largest_question_allowed_is_stored_whole(self, store):
+        session, _ = store.create_session(A, "q", system_prompt_id=PROMPT)
+        text = "y" * (ITEM_LIMIT_BYTES - 4 * 1024 - 400)
+        session, message = store.send_message(A, session, text, system_prompt_id=PROMPT)
+        assert store.open_session(A, session.session_id).messages[-1].input_body == text
+
+    def test_an_oversize_answer_is_stored_cut_to_fit_and_flagged(self, store):
+        session, message = store.create_session(A, "q" * 300_000, system_prompt_id=PROMPT)
+        done = finish(store, A, message, "é" * 100_000)  # 200 KB of UTF-8: does not fit beside the question
+        assert done.output_truncated and done.size <= ITEM_LIMIT_BYTES
+        assert done.output_body and "é" * 40_000 in done.output_body
+        assert store.open_session(A, session.session_id).messages[0].output_truncated
+
+
+class TestRaces:
+    def test_two_tabs_with_the_same_stale_session_both_send_and_leave_one_sidebar_row(self, store, requests):
+        session, _ = store.create_session(A, "start", system_prompt_id=PROMPT)
+        tab1, _ = store.send_message(A, session, "from tab 1", system_prompt_id=PROMPT)
+        requests.reset()
+        tab2, _ = store.send_message(A, session, "from tab 2", system_prompt_id=PROMPT)
+        assert requests.names == ["TransactWriteItems", "GetItem", "TransactWriteItems"]
+        assert_invariants(store, A)
+        assert tab2.message_count == 3
+
+    def test_a_deleted_session_is_not_found_on_retry(self, store, client, table):
+        session, _ = store.create_session(A, "start", system_prompt_id=PROMPT)
+        store.send_message(A, session, "moves it", system_prompt_id=PROMPT)
+        client.delete_item(TableName=table, Key=to_item(keys.meta_key(A, session.session_id)))
+        with pytest.raises(SessionNotFound):
+            store.send_message(A, session, "stale", system_prompt_id=PROMPT)
+
+    def test_threads_sending_to_one_session_keep_the_invariants(self, store):
+        rounds, tabs = 8, 4
+        for _ in range(rounds):
+            session, _ = store.create_session(A, "race", system_prompt_id=PROMPT)
+            errors = []
+
+            def tab(i):
+                try:
+                    store.send_message(A, session, f"tab {i}", system_prompt_id=PROMPT)
+                except SessionChanged:
+                    errors.append(i)  # allowed: retries exhausted; the question was not stored
+
+            threads = [threading.Thread(target=tab, args=(i,)) for i in range(tabs)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            view = store.open_session(A, session.session_id)
+            assert view.session.message_count == 1 + tabs - len(errors)
+        assert_invariants(store, A)
+
+
+def assert_invariants(store, user):
+    """One list item per session, at the meta's last_message_time, with its title; count = messages."""
+    rows, cursor = [], None
+    while True:
+        page = store.list_sessions(user, cursor=cursor)
+        rows += page.items
+        if not page.cursor:
+            break
+        cursor = page.cursor
+    assert len({r.session_id for r in rows}) == len(rows), "a session has two sidebar rows"
+    for row in rows:
+        messages = store.all_messages(user, row.session_id)
+        meta = store.get_session(user, row.session_id)
+        assert row.last_message_time == meta.last_message_time
+        assert row.title == meta.title
+        assert meta.message_count == len(messages)
+        assert max(m.create_time for m in messages) == meta.last_message_time

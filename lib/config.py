@@ -1,12 +1,13 @@
 """All settings in one place: environment variables, then `.streamlit/secrets.toml`, then the defaults below.
 
-Every setting, its default and meaning is listed in SETTINGS and in the README's
-configuration table (tests check the two agree).
+SETTINGS lists every setting, its default and meaning; the README's configuration
+table lists the same (a test checks they agree). A Settings field is the setting's
+name without the CHAT_ prefix, lower-cased (ANTHROPIC_API_KEY -> anthropic_api_key).
 """
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
 
 from lib.errors import ConfigError
@@ -17,9 +18,36 @@ SETTINGS: dict[str, tuple[str, str]] = {
     "CHAT_TABLE": ("chat", "DynamoDB table name."),
     "CHAT_REGION": ("us-east-1", "AWS region of the table (and of Bedrock unless `CHAT_BEDROCK_REGION` is set)."),
     "CHAT_DYNAMODB_ENDPOINT": ("", "Endpoint URL override for `aws` (e.g. a VPC endpoint or DynamoDB Local)."),
-    "CHAT_DATA_DIR": (".chat-data", "Where the `local` backend keeps its snapshot and journal."),
-    "CHAT_CURSOR_SECRET": ("", "Key that signs page cursors; random per process when unset (cursors then expire on restart)."),
+    "CHAT_DATA_DIR": (".chat-data", "Where the `local` backend keeps its snapshot and journal; `:memory:` keeps nothing."),
+    "CHAT_CURSOR_SECRET": ("", "Key that signs page cursors; random per process when unset."),
+    "CHAT_IDENTITY": ("", "`dev`, `header` or `oidc`. Unset: `oidc` if secrets have an `[auth]` block, else `dev` "
+                          "(refused with `CHAT_BACKEND=aws`)."),
+    "CHAT_DEV_USER": ("dev@localhost", "The fixed user of `dev` identity."),
+    "CHAT_IDENTITY_HEADER": ("X-Forwarded-Email", "`header` identity: the header the SSO proxy sets."),
+    "CHAT_PROXY_SECRET_HEADER": ("X-Proxy-Secret", "`header` identity: header carrying the proxy's shared secret."),
+    "CHAT_PROXY_SECRET": ("", "`header` identity: if set, requests without this secret in that header are refused."),
+    "CHAT_MODEL_PROVIDER": ("", "`demo`, `anthropic` or `bedrock`. Unset: `anthropic` if `ANTHROPIC_API_KEY` is set, "
+                                "else `demo`."),
+    "ANTHROPIC_API_KEY": ("", "API key for the `anthropic` provider (a secret: environment or secrets.toml only)."),
+    "CHAT_ANTHROPIC_BASE_URL": ("", "Base URL override for the `anthropic` provider (a gateway)."),
+    "CHAT_MODEL": ("claude-sonnet-5", "Model name for the `anthropic` provider."),
+    "CHAT_BEDROCK_MODEL": ("", "Model or inference-profile id for the `bedrock` provider (required with it: ids "
+                               "depend on what your account enabled)."),
+    "CHAT_BEDROCK_REGION": ("", "Bedrock region; unset: `CHAT_REGION`."),
+    "CHAT_BEDROCK_BASE_URL": ("", "Bedrock endpoint override (a VPC endpoint)."),
+    "CHAT_MAX_TOKENS": ("4096", "Most tokens one answer may have."),
+    "CHAT_MODEL_MAX_RETRIES": ("2", "Retries of a model call that failed before its first token (429, 529, network)."),
+    "CHAT_CONTEXT_TOKENS": ("24000", "Token budget of earlier turns sent with a question (newest first)."),
+    "CHAT_SYSTEM_PROMPT_ID": ("default-v1", "System prompt of new turns (see `lib/prompts.py`)."),
+    "CHAT_PENDING_TIMEOUT_S": ("300", "A turn still pending after this many seconds is shown as interrupted."),
+    "CHAT_DEMO_DELAY": ("0.02", "Seconds between the demo model's chunks."),
 }
+
+_SECRET = {"cursor_secret", "proxy_secret", "anthropic_api_key"}
+
+
+def _field_name(setting: str) -> str:
+    return setting.removeprefix("CHAT_").lower()
 
 
 def _secrets() -> Mapping[str, Any]:
@@ -27,7 +55,7 @@ def _secrets() -> Mapping[str, Any]:
     try:
         import streamlit as st
 
-        return {k: v for k, v in st.secrets.items() if not isinstance(v, Mapping)}
+        return {k: v for k, v in st.secrets.items()}
     except Exception:  # no secrets.toml: Streamlit raises on first access
         return {}
 
@@ -39,22 +67,65 @@ class Settings:
     region: str
     dynamodb_endpoint: str
     data_dir: str
-    cursor_secret: str
+    cursor_secret: str = field(repr=False)
+    identity: str
+    dev_user: str
+    identity_header: str
+    proxy_secret_header: str
+    proxy_secret: str = field(repr=False)
+    model_provider: str
+    anthropic_api_key: str = field(repr=False)
+    anthropic_base_url: str
+    model: str
+    bedrock_model: str
+    bedrock_region: str
+    bedrock_base_url: str
+    max_tokens: int
+    model_max_retries: int
+    context_tokens: int
+    system_prompt_id: str
+    pending_timeout_s: float
+    demo_delay: float
 
     @classmethod
     def load(cls, env: Mapping[str, str] | None = None, secrets: Mapping[str, Any] | None = None) -> "Settings":
         env = os.environ if env is None else env
         secrets = _secrets() if secrets is None else secrets
+        names = {_field_name(name): name for name in SETTINGS}
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            name = names[f.name]
+            raw = env.get(name)
+            if raw in (None, ""):
+                raw = secrets.get(name)
+            if raw in (None, "") or isinstance(raw, Mapping):
+                raw = SETTINGS[name][0]
+            try:
+                values[f.name] = {"int": int, "float": float}.get(str(f.type), str)(raw)
+            except ValueError as exc:
+                raise ConfigError(f"{name} must be a number, not {raw!r}.") from exc
 
-        def get(name: str) -> str:
-            if env.get(name) not in (None, ""):
-                return str(env[name])
-            if secrets.get(name) not in (None, ""):
-                return str(secrets[name])
-            return SETTINGS[name][0]
-
-        values = {f.name: get("CHAT_" + f.name.upper()) for f in fields(cls)}
-        settings = cls(**values)
-        if settings.backend not in ("local", "aws"):
-            raise ConfigError(f"CHAT_BACKEND must be 'local' or 'aws', not {settings.backend!r}.")
-        return settings
+        if values["backend"] not in ("local", "aws"):
+            raise ConfigError(f"CHAT_BACKEND must be 'local' or 'aws', not {values['backend']!r}.")
+        if not values["identity"]:
+            if isinstance(secrets.get("auth"), Mapping):
+                values["identity"] = "oidc"
+            elif values["backend"] == "aws":
+                raise ConfigError("CHAT_BACKEND=aws needs a real identity: set CHAT_IDENTITY to 'header' or 'oidc' "
+                                  "(see 'Deploying behind SSO' in the README).")
+            else:
+                values["identity"] = "dev"
+        if values["identity"] not in ("dev", "header", "oidc"):
+            raise ConfigError(f"CHAT_IDENTITY must be 'dev', 'header' or 'oidc', not {values['identity']!r}.")
+        if not values["model_provider"]:
+            values["model_provider"] = "anthropic" if values["anthropic_api_key"] else "demo"
+        if values["model_provider"] not in ("demo", "anthropic", "bedrock"):
+            raise ConfigError(f"CHAT_MODEL_PROVIDER must be 'demo', 'anthropic' or 'bedrock', "
+                              f"not {values['model_provider']!r}.")
+        if values["model_provider"] == "anthropic" and not values["anthropic_api_key"]:
+            raise ConfigError("CHAT_MODEL_PROVIDER=anthropic needs ANTHROPIC_API_KEY (environment or secrets.toml).")
+        if values["model_provider"] == "bedrock" and not values["bedrock_model"]:
+            raise ConfigError("CHAT_MODEL_PROVIDER=bedrock needs CHAT_BEDROCK_MODEL: the model or inference-profile id "
+                              "enabled in your account (see `aws bedrock list-inference-profiles`).")
+        values["bedrock_region"] = values["bedrock_region"] or values["region"]
+        return cls(**values)

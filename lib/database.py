@@ -19,6 +19,8 @@ from lib.store import ChatStore
 # Throttles and transient errors are retried by botocore before the store sees them.
 RETRIES = Config(retries={"mode": "adaptive", "max_attempts": 5}, connect_timeout=5, read_timeout=30)
 
+MEMORY = ":memory:"  # CHAT_DATA_DIR value for a local database that is not saved
+
 # moto's backend is process-wide, so is the server that serves it: one per data folder.
 _local_servers: dict[str | None, LocalDynamo] = {}
 _local_lock = threading.Lock()
@@ -57,13 +59,14 @@ def open_database(settings: Settings) -> Database:
     """Connect as configured; ConfigError or StoreUnavailable says what is wrong and how to fix it."""
     meter = Meter(trust_reported=settings.backend == "aws")
     if settings.backend == "local":
-        server = local_server(settings.data_dir or None, settings.region)
+        data_dir = None if settings.data_dir == MEMORY else settings.data_dir
+        server = local_server(data_dir, settings.region)
         client = meter.install(local_client(server))
         with _local_lock:
             if not table_exists(client, settings.table):
                 create_table(client, settings.table)
                 server.restore(lambda name: None if name == settings.table else create_table(client, name))
-        where = (f"local embedded DynamoDB, saved in {settings.data_dir}/" if settings.data_dir
+        where = (f"local embedded DynamoDB, saved in {data_dir}/" if data_dir
                  else "local embedded DynamoDB, in memory only (lost when the app stops)")
         return Database(client, settings.table, meter, where, local=True)
 

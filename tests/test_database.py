@@ -31,7 +31,7 @@ class TestSettings:
 
 class TestAws:
     def aws(self, server, **extra):
-        return Settings.load(env={"CHAT_BACKEND": "aws", "CHAT_DYNAMODB_ENDPOINT": server.endpoint_url,
+        return Settings.load(env={"CHAT_BACKEND": "aws", "CHAT_IDENTITY": "header", "CHAT_DYNAMODB_ENDPOINT": server.endpoint_url,
                                   "CHAT_TABLE": "not-created-yet", **extra}, secrets={})
 
     def test_a_missing_table_names_the_command_that_creates_it(self, server):
@@ -58,10 +58,35 @@ class TestAws:
         monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
         monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
         with pytest.raises(ConfigError, match="no AWS credentials"):
-            open_database(Settings.load(env={"CHAT_BACKEND": "aws"}, secrets={}))
+            open_database(Settings.load(env={"CHAT_BACKEND": "aws", "CHAT_IDENTITY": "header"}, secrets={}))
 
     def test_an_unreachable_endpoint_is_reported_not_replaced(self):
-        settings = Settings.load(env={"CHAT_BACKEND": "aws", "CHAT_DYNAMODB_ENDPOINT": "http://127.0.0.1:9"},
+        settings = Settings.load(env={"CHAT_BACKEND": "aws", "CHAT_IDENTITY": "header", "CHAT_DYNAMODB_ENDPOINT": "http://127.0.0.1:9"},
                                  secrets={})
         with pytest.raises(StoreUnavailable, match="cannot be reached"):
             open_database(settings)
+
+
+class TestIdentityAndModelSettings:
+    def test_dev_identity_is_the_default_only_for_the_local_backend(self):
+        assert Settings.load(env={}, secrets={}).identity == "dev"
+        with pytest.raises(ConfigError, match="CHAT_IDENTITY"):
+            Settings.load(env={"CHAT_BACKEND": "aws"}, secrets={})
+
+    def test_an_auth_block_in_secrets_means_oidc(self):
+        assert Settings.load(env={}, secrets={"auth": {"redirect_uri": "x"}}).identity == "oidc"
+
+    def test_the_demo_model_is_the_default_without_a_key(self):
+        assert Settings.load(env={}, secrets={}).model_provider == "demo"
+        assert Settings.load(env={"ANTHROPIC_API_KEY": "sk-test"}, secrets={}).model_provider == "anthropic"
+        with pytest.raises(ConfigError, match="ANTHROPIC_API_KEY"):
+            Settings.load(env={"CHAT_MODEL_PROVIDER": "anthropic"}, secrets={})
+
+    def test_secrets_never_appear_in_the_settings_repr(self):
+        settings = Settings.load(env={"ANTHROPIC_API_KEY": "sk-very-secret", "CHAT_PROXY_SECRET": "hunter2"}, secrets={})
+        assert "sk-very-secret" not in repr(settings) and "hunter2" not in repr(settings)
+
+    def test_numbers_are_parsed_and_bad_ones_named(self):
+        assert Settings.load(env={"CHAT_MAX_TOKENS": "100"}, secrets={}).max_tokens == 100
+        with pytest.raises(ConfigError, match="CHAT_CONTEXT_TOKENS"):
+            Settings.load(env={"CHAT_CONTEXT_TOKENS": "lots"}, secrets={})

@@ -1,0 +1,77 @@
+"""What the chat page has loaded, kept in st.session_state between Streamlit reruns.
+
+Streamlit reruns the whole script on every click. This view is why a rerun that
+changes nothing costs no DynamoDB request: it queries only on a full page load
+(a new browser session), navigation, "Load more" and "Load earlier", and it
+applies the results of our own writes (send, finish, rename, feedback) instead of
+reading them back.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from lib.errors import SessionNotFound
+from lib.records import Message, Session, SessionSummary
+from lib.store import ChatStore
+
+
+@dataclass
+class ChatView:
+    user_id: str
+    sidebar: list[SessionSummary] | None = None  # None: not loaded yet
+    sidebar_cursor: str | None = None
+    open_id: str | None = None  # the session in the main pane; None: a new, empty chat
+    session: Session | None = None
+    messages: list[Message] = field(default_factory=list)  # oldest first
+    older_cursor: str | None = None
+    not_found: str | None = None  # an id the URL asked for that is not the user's
+
+    def ensure_sidebar(self, store: ChatStore) -> None:
+        if self.sidebar is None:
+            page = store.list_sessions(self.user_id)
+            self.sidebar, self.sidebar_cursor = page.items, page.cursor
+
+    def load_more_sessions(self, store: ChatStore) -> None:
+        page = store.list_sessions(self.user_id, cursor=self.sidebar_cursor)
+        known = {s.session_id for s in self.sidebar or []}
+        # a session sent to since the first page moved to the top; do not list it twice
+        self.sidebar = (self.sidebar or []) + [s for s in page.items if s.session_id not in known]
+        self.sidebar_cursor = page.cursor
+
+    def navigate(self, store: ChatStore, session_id: str | None) -> None:
+        """Show `session_id` (1 Query) or, for None, a new chat (no request)."""
+        self.open_id, self.session, self.messages, self.older_cursor, self.not_found = None, None, [], None, None
+        if session_id is None:
+            return
+        try:
+            view = store.open_session(self.user_id, session_id)
+        except SessionNotFound:
+            self.not_found = session_id
+            return
+        self.open_id, self.session, self.messages, self.older_cursor = \
+            session_id, view.session, view.messages, view.cursor
+
+    def load_earlier(self, store: ChatStore) -> None:
+        view = store.open_session(self.user_id, self.open_id, cursor=self.older_cursor)
+        self.messages = view.messages + self.messages
+        self.older_cursor = view.cursor
+
+    def committed(self, session: Session, message: Message) -> None:
+        """A question was committed: the session moves to the top of the sidebar and the turn is appended."""
+        self.open_id, self.session, self.not_found = session.session_id, session, None
+        self.messages = [m for m in self.messages if m.message_id != message.message_id] + [message]
+        self._to_top(SessionSummary.of(session))
+
+    def saved(self, message: Message) -> None:
+        """A turn was finished, failed, restarted or given feedback: replace it in place."""
+        self.messages = [message if m.message_id == message.message_id else m for m in self.messages]
+
+    def renamed(self, session: Session) -> None:
+        self.session = session
+        if self.sidebar is not None:
+            self.sidebar = [replace(s, title=session.title) if s.session_id == session.session_id else s
+                            for s in self.sidebar]
+
+    def _to_top(self, summary: SessionSummary) -> None:
+        rest = [s for s in self.sidebar or [] if s.session_id != summary.session_id]
+        self.sidebar = [summary] + rest

@@ -1,0 +1,225 @@
+"""The only module that talks to a model API: one small interface, three providers.
+
+A provider's `stream(prompt)` returns a Reply: iterate it for text chunks; when the
+iteration ends, `reply.usage` holds the token counts. Every failure surfaces as
+ModelError with a sentence a user understands; whatever text arrived before the
+failure stays in `reply.text`.
+"""
+from __future__ import annotations
+
+import hashlib
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Protocol
+
+from lib import keys
+from lib.errors import ModelError
+
+
+@dataclass(frozen=True)
+class Usage:
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """What the model sees: a system prompt and alternating user/assistant turns ending with the question."""
+
+    system: str
+    messages: list[dict[str, str]]
+
+
+@dataclass
+class Reply:
+    """One streamed answer. Iterate once; then read text, usage and times."""
+
+    model: str
+    _source: Iterator[Any] = field(repr=False)
+    text: str = ""
+    usage: Usage = field(default_factory=Usage)
+    started_at: str | None = None
+    first_token_at: str | None = None
+    ended_at: str | None = None
+    complete: bool = False
+
+    def __iter__(self) -> Iterator[str]:
+        self.started_at = keys.now()
+        parts: list[str] = []
+        try:
+            for piece in self._source:
+                if isinstance(piece, Usage):  # providers send their usage last
+                    self.usage = piece
+                    continue
+                if self.first_token_at is None:
+                    self.first_token_at = keys.now()
+                parts.append(piece)
+                self.text = "".join(parts)
+                yield piece
+            self.complete = True
+        except ModelError:
+            raise
+        except Exception as exc:
+            raise ModelError(describe_failure(exc, started=bool(parts))) from exc
+        finally:
+            self.ended_at = keys.now()
+
+
+class ChatModel(Protocol):
+    name: str
+    provider: str
+
+    def stream(self, prompt: Prompt) -> Reply: ...
+
+    def title(self, question: str, answer: str) -> tuple[str, Usage]: ...
+
+
+TITLE_INSTRUCTION = ("Write a title of 3 to 6 words for a chat that starts with the user's message below. "
+                     "Reply with the title only: no quotes, no final period.")
+
+
+def clean_title(text: str, fallback: str) -> str:
+    title = " ".join(text.strip().strip('"“”\'`').split()).rstrip(".")
+    return title[:80] if title else fallback
+
+
+def describe_failure(exc: BaseException, *, started: bool) -> str:
+    """A sentence for the user about a failed model call; technical detail stays in the logs."""
+    import anthropic
+
+    kept = " The part of the answer that arrived is kept." if started else ""
+    if isinstance(exc, anthropic.AuthenticationError):
+        return "The model service rejected the app's API key. Ask an administrator to check ANTHROPIC_API_KEY."
+    if isinstance(exc, anthropic.PermissionDeniedError):
+        return "The app's model credentials are not allowed to use this model. Ask an administrator."
+    if isinstance(exc, anthropic.RateLimitError):
+        return "The model is rate-limited right now. Wait a minute, then press Retry." + kept
+    if isinstance(exc, anthropic.APIStatusError) and getattr(exc, "status_code", 0) in (529, 503) \
+            or type(exc).__name__ == "OverloadedError" or "overloaded" in str(exc).lower():
+        return "The model is overloaded right now. Press Retry in a moment." + kept
+    if isinstance(exc, anthropic.BadRequestError):
+        return "The model refused the request (it may be too long for the model). Start a new chat or shorten it."
+    if isinstance(exc, anthropic.APITimeoutError):
+        return "The model took too long to answer. Press Retry." + kept
+    if isinstance(exc, anthropic.APIConnectionError):
+        return "The model service could not be reached. Press Retry." + kept
+    if isinstance(exc, anthropic.APIStatusError):
+        return f"The model service answered with an error ({exc.status_code}). Press Retry." + kept
+    # httpx2.RemoteProtocolError and friends: the connection dropped mid-stream, with no retry by the SDK
+    return "The connection to the model dropped before the answer was complete. Press Retry." + kept
+
+
+class AnthropicModel:
+    """Claude through the Anthropic API (or, given an AnthropicBedrock client, through Bedrock)."""
+
+    def __init__(self, client: Any, name: str, max_tokens: int, provider: str = "anthropic"):
+        self._client = client
+        self.name = name
+        self.max_tokens = max_tokens
+        self.provider = provider
+
+    def stream(self, prompt: Prompt) -> Reply:
+        def source() -> Iterator[Any]:
+            # The SDK retries 429/529/connection errors before the first byte; a drop mid-stream is final.
+            with self._client.messages.stream(model=self.name, max_tokens=self.max_tokens, system=prompt.system,
+                                              messages=prompt.messages) as stream:
+                yield from stream.text_stream
+                yield _usage(stream.get_final_message().usage)
+
+        return Reply(self.name, source())
+
+    def title(self, question: str, answer: str) -> tuple[str, Usage]:
+        fallback = question
+        try:
+            response = self._client.messages.create(model=self.name, max_tokens=24, system=TITLE_INSTRUCTION,
+                                                    messages=[{"role": "user", "content": question[:4000]}])
+        except Exception as exc:
+            raise ModelError(describe_failure(exc, started=False)) from exc
+        text = "".join(getattr(block, "text", "") for block in response.content)
+        return clean_title(text, fallback), _usage(response.usage)
+
+
+def _usage(usage: Any) -> Usage:
+    return Usage(
+        input_tokens=getattr(usage, "input_tokens", 0) or 0,
+        output_tokens=getattr(usage, "output_tokens", 0) or 0,
+        cache_read_tokens=getattr(usage, "cache_read_input_tokens", 0) or 0,
+        cache_write_tokens=getattr(usage, "cache_creation_input_tokens", 0) or 0,
+    )
+
+
+def estimate_tokens(text: str) -> int:
+    """About four characters per token: good enough for budgets and the demo's counts."""
+    return max(1, (len(text) + 3) // 4)
+
+
+class DemoModel:
+    """Offline and deterministic: streams a Markdown answer built from the question, with realistic pacing."""
+
+    provider = "demo"
+
+    def __init__(self, delay_s: float = 0.02, sleep: Callable[[float], None] = time.sleep):
+        self.name = "demo"
+        self._delay = delay_s
+        self._sleep = sleep
+
+    def stream(self, prompt: Prompt) -> Reply:
+        question = prompt.messages[-1]["content"]
+        answer = demo_answer(question, turns=len(prompt.messages) // 2 + 1)
+        input_tokens = estimate_tokens(prompt.system) + sum(estimate_tokens(m["content"]) for m in prompt.messages)
+
+        def source() -> Iterator[Any]:
+            for chunk in re.findall(r"\S+\s*|\s+", answer):
+                if self._delay:
+                    self._sleep(self._delay)
+                yield chunk
+            yield Usage(input_tokens=input_tokens, output_tokens=estimate_tokens(answer))
+
+        return Reply(self.name, source())
+
+    def title(self, question: str, answer: str) -> tuple[str, Usage]:
+        words = re.findall(r"[\w'’-]+", question)[:6]
+        title = " ".join(words) if words else "New chat"
+        title = title[0].upper() + title[1:]
+        return title, Usage(input_tokens=estimate_tokens(question), output_tokens=estimate_tokens(title))
+
+
+_TOPICS = [
+    (("dynamodb", "table", "database", "key", "index"), "Data modelling",
+     "- Start from the queries, then choose the keys.\n- Keep items small; one item per turn is a good default.\n"
+     "- Prefer one conditional transaction over read-modify-write.",
+     "```python\nclient.query(\n    TableName=\"chat\",\n    KeyConditionExpression=\"pk = :pk\",\n"
+     "    ExpressionAttributeValues={\":pk\": {\"S\": \"USER#u-123\"}},\n    ScanIndexForward=False,\n    Limit=20,\n)\n```"),
+    (("python", "code", "function", "bug", "error", "script"), "Code",
+     "- Reproduce the problem with the smallest input.\n- Write the failing test first.\n- Fix, then keep the test.",
+     "```python\ndef test_the_bug_stays_fixed():\n    assert parse(\"\") == []\n```"),
+    (("email", "write", "draft", "report", "summary", "summarize"), "Writing",
+     "- Lead with the decision or the ask.\n- One idea per paragraph.\n- End with the next step and a date.",
+     "> **Subject:** Decision needed by Friday\n>\n> Hi team, ..."),
+]
+
+
+def demo_answer(question: str, turns: int = 1) -> str:
+    """A deterministic, useful-looking answer that says plainly it comes from the demo model."""
+    lowered = question.lower()
+    topic, bullets, example = "General", ("- Say what you want to achieve.\n- Give the constraints you know.\n"
+                                          "- Ask for the format you need (list, table, code)."), \
+        "| step | what to do |\n|---|---|\n| 1 | ask |\n| 2 | refine |\n| 3 | decide |"
+    for words, name, topic_bullets, topic_example in _TOPICS:
+        if any(re.search(rf"\b{w}\b", lowered) for w in words):
+            topic, bullets, example = name, topic_bullets, topic_example
+            break
+    digest = int(hashlib.sha256(question.encode("utf-8")).hexdigest(), 16)
+    quoted = " ".join(question.split())
+    quoted = quoted if len(quoted) <= 120 else quoted[:117] + "…"
+    openers = ["Good question.", "Here is a short plan.", "Let's break this down.", "A few pointers."]
+    context = f"This is turn {turns} of our chat." if turns > 1 else "This is the first turn of our chat."
+    return (
+        f"{openers[digest % len(openers)]} You asked: *{quoted}*\n\n"
+        f"**{topic}**, in three steps:\n\n{bullets}\n\nFor example:\n\n{example}\n\n"
+        f"_{context} This answer comes from the offline **demo model**: set `ANTHROPIC_API_KEY` "
+        f"(or `CHAT_MODEL_PROVIDER=bedrock`) for real answers from Claude._"
+    )

@@ -1,0 +1,38 @@
+"""Builds what the pages need from Settings: the database, the store and the model. Pages get it from
+one st.cache_resource factory (`lib.ui.services`), so one process shares one client and one model."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from lib.config import Settings
+from lib.database import Database, open_database
+from lib.models import AnthropicModel, ChatModel, DemoModel
+from lib.store import ChatStore
+
+
+@dataclass(frozen=True)
+class Services:
+    settings: Settings
+    database: Database
+    store: ChatStore
+    model: ChatModel
+
+
+def make_model(settings: Settings) -> ChatModel:
+    if settings.model_provider == "demo":
+        return DemoModel(delay_s=settings.demo_delay)
+    import anthropic
+
+    if settings.model_provider == "bedrock":
+        client = anthropic.AnthropicBedrock(aws_region=settings.bedrock_region,
+                                            base_url=settings.bedrock_base_url or None,
+                                            max_retries=settings.model_max_retries)
+        return AnthropicModel(client, settings.bedrock_model, settings.max_tokens, provider="bedrock")
+    client = anthropic.Anthropic(api_key=settings.anthropic_api_key, base_url=settings.anthropic_base_url or None,
+                                 max_retries=settings.model_max_retries)
+    return AnthropicModel(client, settings.model, settings.max_tokens)
+
+
+def build_services(settings: Settings) -> Services:
+    database = open_database(settings)
+    return Services(settings, database, database.store(settings.cursor_secret), make_model(settings))

@@ -1,0 +1,105 @@
+"""One turn, in the design's order: commit the question, stream the answer, then finish or fail it once.
+
+    turn = begin_turn(store, model, user_id, session, question, history, ...)  # 1 transaction
+    try:
+        st.write_stream(turn)        # the model streams; nothing touches DynamoDB meanwhile
+    finally:
+        turn.close()                 # 1 UpdateItem: done, or failed with the partial answer
+
+`close()` runs whatever ended the stream: the last chunk, a ModelError, or Streamlit
+stopping the script because the user clicked Stop, another widget, or closed the
+tab. So an interrupted answer is saved as failed with what had arrived, not lost.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterator
+
+from lib import keys
+from lib.context import Context, build_context
+from lib.errors import ChatError, MessageNotPending
+from lib.models import ChatModel, Reply, Usage
+from lib.prompts import system_prompt
+from lib.records import Message, Session
+from lib.store import ChatStore
+
+STOPPED = "Stopped before the answer was complete."
+
+
+@dataclass
+class Turn:
+    """A committed question being answered. Iterate for chunks; `close()` saves the outcome exactly once."""
+
+    store: ChatStore
+    model: ChatModel
+    user_id: str
+    session: Session
+    message: Message
+    context: Context
+    reply: Reply | None = None
+    saved: Message | None = None
+    error: str | None = None
+    save_error: ChatError | None = field(default=None, repr=False)
+
+    def __iter__(self) -> Iterator[str]:
+        self.reply = self.model.stream(self.context.prompt)
+        try:
+            yield from self.reply
+        except ChatError as exc:  # ModelError: the reply keeps the text that arrived
+            self.error = str(exc)
+            raise
+
+    @property
+    def text(self) -> str:
+        return self.reply.text if self.reply else ""
+
+    def close(self) -> Message | None:
+        """Finish (done) or fail (model error, or interrupted) the turn; idempotent.
+
+        If the save itself fails (DynamoDB throttled past retries), `save_error` is
+        set and `saved` stays None: the caller keeps the answer on screen and calls
+        close() again later. A MessageNotPending means another tab already saved it.
+        """
+        if self.saved is not None:
+            return self.saved
+        reply = self.reply
+        usage = reply.usage if reply else Usage()
+        try:
+            if reply is not None and reply.complete:
+                self.saved = self.store.finish_message(
+                    self.user_id, self.message, output_body=reply.text, input_token=usage.input_tokens,
+                    output_token=usage.output_tokens, response_start_time=reply.started_at or keys.now(),
+                    response_end_time=reply.ended_at or keys.now(), model=self.model.name)
+            else:
+                self.saved = self.store.fail_message(
+                    self.user_id, self.message, output_body=self.text, error=self.error or STOPPED,
+                    input_token=usage.input_tokens, output_token=usage.output_tokens,
+                    response_start_time=reply.started_at if reply else None,
+                    response_end_time=reply.ended_at if reply else None, model=self.model.name)
+            self.save_error = None
+        except MessageNotPending:
+            self.saved = self.message  # the other tab's save stands
+        except ChatError as exc:
+            self.save_error = exc
+        return self.saved
+
+
+def begin_turn(store: ChatStore, model: ChatModel, user_id: str, session: Session | None, question: str,
+               history: list[Message], *, system_prompt_id: str, budget_tokens: int) -> Turn:
+    """Commit the question (create_session or send_message: one transaction), before any model call."""
+    if session is None:
+        session, message = store.create_session(user_id, question, system_prompt_id=system_prompt_id)
+    else:
+        session, message = store.send_message(user_id, session, question, system_prompt_id=system_prompt_id)
+    context = build_context(system_prompt(system_prompt_id), history, question, budget_tokens=budget_tokens)
+    return Turn(store, model, user_id, session, message, context)
+
+
+def retry_turn(store: ChatStore, model: ChatModel, user_id: str, session: Session, message: Message,
+               history: list[Message], *, budget_tokens: int) -> Turn:
+    """Regenerate a failed or interrupted turn in place: the same question, no second one (1 UpdateItem)."""
+    restarted = store.restart_message(user_id, message)
+    earlier = [m for m in history if m.message_id < message.message_id]
+    context = build_context(system_prompt(message.system_prompt_id), earlier, message.input_body,
+                            budget_tokens=budget_tokens)
+    return Turn(store, model, user_id, session, restarted, context)

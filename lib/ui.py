@@ -1,0 +1,100 @@
+"""Streamlit glue shared by the pages: the one resource factory, the identity, errors shown in one place."""
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+from typing import Iterator
+
+import streamlit as st
+
+from lib import identity, keys
+from lib.chat_view import ChatView
+from lib.config import Settings
+from lib.errors import ChatError, ConfigError, NotAuthenticated, StoreUnavailable
+from lib.services import Services, build_services
+
+
+@st.cache_resource(show_spinner="Starting the chat database…")
+def _services(settings: Settings) -> Services:
+    return build_services(settings)
+
+
+def services() -> Services:
+    """Settings and services for this process; a configuration problem stops the page with its explanation."""
+    try:
+        return _services(Settings.load())
+    except (ConfigError, StoreUnavailable) as exc:
+        st.error(f"**The app is not configured correctly.** {exc}", icon=":material/settings:")
+        st.stop()
+        raise  # unreachable: st.stop() raises
+
+
+# Our own constant CSS (never user or model text): left-align the chat list like any chat app.
+_STYLE = """
+<style>
+section[data-testid="stSidebar"] div[data-testid="stButton"] button,
+section[data-testid="stSidebar"] div[data-testid="stButton"] button > div { justify-content: flex-start; text-align: left; }
+section[data-testid="stSidebar"] div[data-testid="stButton"] button p { white-space: nowrap; overflow: hidden;
+  text-overflow: ellipsis; }
+</style>
+"""
+
+
+def apply_style() -> None:
+    st.html(_STYLE)
+
+
+def request_headers() -> dict[str, str]:
+    """The headers of the browser's connection (set by the SSO proxy in `header` mode)."""
+    return dict(st.context.headers or {})
+
+
+def current_identity(settings: Settings) -> identity.Identity:
+    """The signed-in user, or a sign-in screen and st.stop()."""
+    try:
+        return identity.resolve(settings, request_headers(), st.user.to_dict())
+    except NotAuthenticated as exc:
+        st.title("Team Chat")
+        if settings.identity == "oidc":
+            st.write("Sign in with your company account to see your chats.")
+            st.button("Sign in", type="primary", on_click=st.login)
+        else:
+            st.error(str(exc), icon=":material/lock:")
+        st.stop()
+        raise
+
+
+def chat_view(user_id: str) -> ChatView:
+    """This browser session's ChatView; a different signed-in user never sees the previous one's state."""
+    view = st.session_state.get("chat_view")
+    if view is None or view.user_id != user_id:
+        view = ChatView(user_id)
+        st.session_state["chat_view"] = view
+    return view
+
+
+@contextlib.contextmanager
+def errors_shown() -> Iterator[None]:
+    """Show a domain error as st.error with what to do next; anything else is a bug and propagates."""
+    try:
+        yield
+    except ChatError as exc:
+        st.error(str(exc), icon=":material/error:")
+
+
+def relative_time(text: str, now: dt.datetime | None = None) -> str:
+    """'just now', '5 min ago', '3 h ago', 'yesterday', 'Nov 6' or 'Nov 6, 2025'."""
+    moment = keys.parse_time(text)
+    now = now or dt.datetime.now(dt.timezone.utc)
+    seconds = (now - moment).total_seconds()
+    if seconds < 60:
+        return "just now"
+    if seconds < 3600:
+        return f"{int(seconds // 60)} min ago"
+    if seconds < 86400:
+        return f"{int(seconds // 3600)} h ago"
+    if seconds < 2 * 86400:
+        return "yesterday"
+    if moment.year == now.year:
+        return f"{moment:%b} {moment.day}"
+    return f"{moment:%b} {moment.day}, {moment.year}"

@@ -1,0 +1,238 @@
+"""The chat page through Streamlit's AppTest, on a real table of the embedded DynamoDB."""
+import uuid
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from lib import ui
+from lib.config import Settings
+from lib.itemsize import ITEM_LIMIT_BYTES
+from tests.fake_anthropic import Behaviour, FakeAnthropic
+
+APP = str(Path(__file__).resolve().parents[1] / "app.py")
+DEV = "dev@localhost"
+
+
+@pytest.fixture
+def app_env(monkeypatch, server):
+    monkeypatch.setenv("CHAT_TABLE", f"app-{uuid.uuid4().hex[:10]}")
+    monkeypatch.setenv("CHAT_DATA_DIR", ":memory:")
+    monkeypatch.setenv("CHAT_DEMO_DELAY", "0")
+
+
+def services():
+    """The same cached services the app uses (the meter counts every request it makes)."""
+    return ui._services(Settings.load())
+
+
+def new_browser(**query) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=30)
+    at.query_params.update(query)
+    return at.run()
+
+
+def sidebar_rows(at):
+    return [b for b in at.sidebar.button if b.key and b.key.startswith("open-")]
+
+
+def sidebar_titles(at):
+    """Sidebar labels are '<title> :gray[· <relative time>]'."""
+    return [b.label.split(" :gray[")[0].replace("\\", "") for b in sidebar_rows(at)]
+
+
+def requests_made(fn):
+    meter = services().database.meter
+    before = len(meter.records())
+    fn()
+    return meter.records()[before:]
+
+
+def button(at, label):
+    """The one button with this label, in the sidebar or the main pane."""
+    (found,) = [b for b in at.button if b.label == label]
+    return found
+
+
+def send(at, text):
+    at.chat_input[0].set_value(text).run()
+    assert not at.exception, at.exception
+    return at
+
+
+@pytest.mark.usefixtures("app_env")
+class TestChatFlow:
+    def test_first_message_creates_a_session_and_shows_the_streamed_answer(self):
+        at = send(new_browser(), "How do I store chat history in DynamoDB?")
+        assert [m.name for m in at.chat_message] == ["user", "assistant"]
+        assert "demo model" in at.chat_message[1].markdown[0].value
+        assert "out tokens" in at.chat_message[1].caption[0].value
+        session_id = at.query_params["session"][0] if isinstance(at.query_params["session"], list) else at.query_params["session"]
+        assert sidebar_titles(at) == ["How do I store chat history"]  # the model-written title
+        view = services().store.open_session(DEV, session_id)
+        assert view.messages[0].status == "done" and view.session.title == "How do I store chat history"
+
+    def test_second_message_moves_its_session_to_the_top(self):
+        at = send(new_browser(), "first chat")
+        at.sidebar.button[0].click().run()  # New chat
+        send(at, "second chat")
+        assert sidebar_titles(at) == ["Second chat", "First chat"]
+        [row for row in sidebar_rows(at) if row.label.startswith("First chat")][0].click().run()
+        send(at, "back to the first")
+        assert sidebar_titles(at) == ["First chat", "Second chat"]
+        assert [m.markdown[0].value for m in at.chat_message if m.name == "user"] == ["first chat", "back to the first"]
+
+    def test_a_rerun_that_changes_nothing_makes_no_request(self):
+        at = send(new_browser(), "hello")
+        assert requests_made(lambda: at.run()) == []
+        assert requests_made(lambda: at.run()) == []
+
+    def test_a_new_browser_session_reads_sidebar_and_session_once_each(self):
+        at = send(new_browser(), "hello")
+        session_id = services().store.list_sessions(DEV).items[0].session_id
+        records = requests_made(lambda: new_browser(session=session_id))
+        assert [(r.operation, r.action) for r in records] == [("Query", "sidebar"), ("Query", "open")]
+
+    def test_deep_link_opens_the_session_and_unknown_ids_show_not_found(self):
+        session, _ = services().store.create_session(DEV, "deep linked question", system_prompt_id="default-v1")
+        at = new_browser(session=session.session_id)
+        assert not at.exception and at.chat_message[0].markdown[0].value == "deep linked question"
+        for bad in ("nope", "01JC3Q8Z4F6M2V9K7T5R1N0B8D", "../../etc/passwd"):
+            at = new_browser(session=bad)
+            assert not at.exception
+            assert "Chat not found" in at.warning[0].value and not at.chat_message
+
+    def test_rename_changes_title_and_sidebar(self):
+        at = send(new_browser(), "rename me")
+        at.text_input[0].set_value("Renamed chat")
+        button(at, "Save").click().run()
+        assert not at.exception
+        assert at.subheader[0].value == "Renamed chat" and sidebar_titles(at) == ["Renamed chat"]
+
+    def test_load_more_sessions_and_load_earlier_turns(self):
+        store = services().store
+        session, message = store.create_session(DEV, "turn 0", system_prompt_id="default-v1")
+        for i in range(1, 25):
+            session, _ = store.send_message(DEV, session, f"turn {i}", system_prompt_id="default-v1")
+        for i in range(22):
+            store.create_session(DEV, f"chat {i}", system_prompt_id="default-v1")
+        at = new_browser(session=session.session_id)
+        assert len(sidebar_titles(at)) == 20
+        button(at, "Load more").click().run()
+        assert len(sidebar_titles(at)) == 23
+        assert len([m for m in at.chat_message if m.name == "user"]) == 20
+        button(at, "Load earlier messages").click().run()
+        users = [m.markdown[0].value for m in at.chat_message if m.name == "user"]
+        assert users == [f"turn {i}" for i in range(25)]
+        assert not [b for b in at.button if b.label == "Load earlier messages"]
+
+    def test_an_oversize_message_is_refused_with_the_limit_and_kept(self):
+        at = send(new_browser(), "x" * ITEM_LIMIT_BYTES)
+        assert "limit is 396 KB" in at.error[0].value
+        assert at.text_area[0].value == "x" * ITEM_LIMIT_BYTES
+        assert services().store.list_sessions(DEV).items == []
+
+    def test_whitespace_is_ignored(self):
+        at = send(new_browser(), "   \n  ")
+        assert not at.chat_message and not at.error and services().store.list_sessions(DEV).items == []
+
+    def test_feedback_is_stored_and_shown_again_on_reopen(self):
+        at = send(new_browser(), "rate me")
+        at.feedback[0].set_value(1).run()
+        session_id = services().store.list_sessions(DEV).items[0].session_id
+        assert services().store.open_session(DEV, session_id).messages[0].feedback == 1
+        again = new_browser(session=session_id)
+        assert again.feedback[0].value == 1
+
+    def test_a_stale_pending_turn_shows_as_interrupted_and_retry_answers_it(self, monkeypatch):
+        monkeypatch.setenv("CHAT_PENDING_TIMEOUT_S", "0")
+        session, _ = services().store.create_session(DEV, "the process died here", system_prompt_id="default-v1")
+        at = new_browser(session=session.session_id)
+        assert "Interrupted" in at.warning[0].value
+        button(at, "Retry").click().run()
+        assert not at.exception
+        view = services().store.open_session(DEV, session.session_id)
+        assert len(view.messages) == 1 and view.messages[0].status == "done"
+
+
+@pytest.fixture
+def fake_model(monkeypatch):
+    fake = FakeAnthropic()
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test")
+    monkeypatch.setenv("CHAT_ANTHROPIC_BASE_URL", fake.url)
+    monkeypatch.setenv("CHAT_MODEL_MAX_RETRIES", "0")
+    yield fake
+    fake.close()
+
+
+@pytest.mark.usefixtures("app_env")
+class TestModelFailure:
+    def test_a_dropped_stream_keeps_the_partial_answer_then_retry_completes_it(self, fake_model):
+        fake_model.enqueue(Behaviour("drop", chunks=["Half of ", "an answer"]))
+        at = send(new_browser(), "please answer")
+        assert "connection to the model dropped" in at.warning[0].value
+        assert at.chat_message[1].markdown[0].value == "Half of an answer"
+        session_id = services().store.list_sessions(DEV).items[0].session_id
+        stored = services().store.open_session(DEV, session_id).messages
+        assert [(m.status, m.output_body) for m in stored] == [("failed", "Half of an answer")]
+        button(at, "Retry").click().run()
+        assert not at.exception
+        stored = services().store.open_session(DEV, session_id).messages
+        assert [(m.input_body, m.status, m.output_body) for m in stored] == \
+            [("please answer", "done", "Hello from the fake model.")]
+        assert [m.name for m in at.chat_message] == ["user", "assistant"]
+
+    def test_the_model_gets_the_system_prompt_and_earlier_answered_turns(self, fake_model):
+        at = send(new_browser(), "first")
+        fake_model.enqueue(Behaviour("drop", chunks=["x"]))
+        send(at, "second fails")
+        send(at, "third")
+        streamed = [r["body"] for r in fake_model.requests if r["body"].get("stream")]
+        assert streamed[-1]["messages"] == [
+            {"role": "user", "content": "first"}, {"role": "assistant", "content": "Hello from the fake model."},
+            {"role": "user", "content": "third"}]
+        assert "internal assistant" in streamed[-1]["system"]
+
+
+@pytest.mark.usefixtures("app_env")
+class TestIdentity:
+    def test_dev_identity_says_so_on_screen(self):
+        at = new_browser()
+        assert "development sign-in" in at.info[0].value
+        assert any("development identity" in c.value for c in at.sidebar.caption)
+
+    def test_header_identity_uses_the_proxy_header_and_ignores_a_user_query_parameter(self, monkeypatch):
+        store = services().store
+        secret, _ = store.create_session("alice@example.com", "alice's secret plan", system_prompt_id="default-v1")
+        monkeypatch.setenv("CHAT_IDENTITY", "header")
+        monkeypatch.setattr(ui, "request_headers", lambda: {"X-Forwarded-Email": "Bob@Example.com"})
+        at = new_browser(user="alice@example.com")
+        assert sidebar_titles(at) == []
+        at = new_browser(user="alice@example.com", session=secret.session_id)
+        assert "Chat not found" in at.warning[0].value
+        send(at, "bob's question")
+        assert [s.title for s in store.list_sessions("bob@example.com").items] == ["Bob's question"]
+        assert [s.title for s in store.list_sessions("alice@example.com").items] == ["alice's secret plan"]
+
+    def test_header_identity_without_the_proxy_secret_is_refused(self, monkeypatch):
+        monkeypatch.setenv("CHAT_IDENTITY", "header")
+        monkeypatch.setenv("CHAT_PROXY_SECRET", "s3cret")
+        monkeypatch.setattr(ui, "request_headers", lambda: {"X-Forwarded-Email": "mallory@example.com"})
+        at = new_browser()
+        assert "sign-in proxy" in at.error[0].value and not at.chat_input
+        monkeypatch.setattr(ui, "request_headers", lambda: {"X-Forwarded-Email": "bob@example.com",
+                                                            "X-Proxy-Secret": "s3cret"})
+        at = new_browser()
+        assert not at.error and at.chat_input
+
+    def test_oidc_shows_a_sign_in_button_until_logged_in(self, monkeypatch):
+        monkeypatch.setenv("CHAT_IDENTITY", "oidc")
+        at = AppTest.from_file(APP, default_timeout=30)
+        at.user = {"is_logged_in": False}
+        at.run()
+        assert [b.label for b in at.button] == ["Sign in"] and not at.chat_input
+        at = AppTest.from_file(APP, default_timeout=30)
+        at.user = {"is_logged_in": True, "email": "Carol@Example.com", "name": "Carol"}
+        at.run()
+        send(at, "carol here")
+        assert [s.title for s in services().store.list_sessions("carol@example.com").items] == ["Carol here"]

@@ -1,0 +1,80 @@
+"""End to end: `streamlit run app.py` and a real headless Chromium (Debian's), driven by Playwright."""
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+ARTIFACTS = ROOT / "test-artifacts"
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync"]
+
+pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (.ci/run installs it)")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def app_url(tmp_path):
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CHAT_", "ANTHROPIC_"))}
+    env.update(CHAT_DATA_DIR=str(tmp_path / "data"), CHAT_DEMO_DELAY="0.01")
+    log = (tmp_path / "streamlit.log").open("w")
+    process = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port),
+                                "--server.address", "127.0.0.1", "--server.headless", "true"],
+                               cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            time.sleep(0.3)
+    yield f"http://127.0.0.1:{port}"
+    process.terminate()
+    process.wait(timeout=20)
+
+
+@pytest.fixture
+def page():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        yield page
+        browser.close()
+
+
+def test_ask_see_the_streamed_answer_reload_and_find_the_session(app_url, page):
+    page.goto(app_url)
+    box = page.locator("[data-testid='stChatInput'] textarea")
+    box.wait_for(timeout=60_000)
+    box.fill("How should I design a DynamoDB table for chat history?")
+    box.press("Enter")
+    answer = page.locator("[data-testid='stChatMessage']").filter(has_text="Data modelling")
+    answer.first.wait_for(timeout=60_000)
+    page.get_by_text("out tokens").first.wait_for(timeout=60_000)  # the turn finished and was saved
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "chat-after-first-answer.png"))
+    assert "session=" in page.url
+
+    page.reload()
+    sidebar = page.locator("[data-testid='stSidebar']")
+    sidebar.get_by_role("button", name="How should I design a DynamoDB").wait_for(timeout=60_000)
+    page.locator("[data-testid='stChatMessage']").filter(has_text="Start from the queries").first.wait_for(timeout=60_000)
+    page.screenshot(path=str(ARTIFACTS / "chat-after-reload.png"))
+
+    page.goto(app_url)  # a fresh visit without the deep link: the session is in the sidebar; open it
+    sidebar.get_by_role("button", name="How should I design a DynamoDB").click()
+    page.locator("[data-testid='stChatMessage']").filter(has_text="Start from the queries").first.wait_for(timeout=60_000)

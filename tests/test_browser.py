@@ -28,7 +28,7 @@ def free_port() -> int:
 def app_url(tmp_path):
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CHAT_", "ANTHROPIC_"))}
-    env.update(CHAT_DATA_DIR=str(tmp_path / "data"), CHAT_DEMO_DELAY="0.01")
+    env.update(CHAT_DATA_DIR=str(tmp_path / "data"), CHAT_DEMO_DELAY="0.03")
     log = (tmp_path / "streamlit.log").open("w")
     process = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port),
                                 "--server.address", "127.0.0.1", "--server.headless", "true"],
@@ -52,6 +52,7 @@ def page():
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         page = browser.new_page(viewport={"width": 1280, "height": 900})
+        ARTIFACTS.mkdir(exist_ok=True)
         yield page
         browser.close()
 
@@ -65,7 +66,6 @@ def test_ask_see_the_streamed_answer_reload_and_find_the_session(app_url, page):
     answer = page.locator("[data-testid='stChatMessage']").filter(has_text="Data modelling")
     answer.first.wait_for(timeout=60_000)
     page.get_by_text("out tokens").first.wait_for(timeout=60_000)  # the turn finished and was saved
-    ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "chat-after-first-answer.png"))
     assert "session=" in page.url
 
@@ -78,3 +78,22 @@ def test_ask_see_the_streamed_answer_reload_and_find_the_session(app_url, page):
     page.goto(app_url)  # a fresh visit without the deep link: the session is in the sidebar; open it
     sidebar.get_by_role("button", name="How should I design a DynamoDB").click()
     page.locator("[data-testid='stChatMessage']").filter(has_text="Start from the queries").first.wait_for(timeout=60_000)
+
+
+def test_clicking_away_mid_stream_saves_the_partial_answer_as_stopped(app_url, page):
+    page.goto(app_url)
+    box = page.locator("[data-testid='stChatInput'] textarea")
+    box.wait_for(timeout=60_000)
+    box.fill("Tell me about DynamoDB keys")
+    box.press("Enter")
+    page.get_by_text("You asked").first.wait_for(timeout=60_000)  # streaming has started
+    sidebar = page.locator("[data-testid='stSidebar']")
+    sidebar.get_by_role("button", name="New chat").click()  # interrupts the script mid-stream
+    page.get_by_text("What can I help with?").wait_for(timeout=60_000)
+    sidebar.get_by_role("button", name="Tell me about DynamoDB keys").click()
+    page.get_by_text("Stopped before the answer was complete.").wait_for(timeout=60_000)
+    page.get_by_text("You asked").first.wait_for()  # the partial answer was kept
+    page.screenshot(path=str(ARTIFACTS / "chat-stopped-mid-stream.png"))
+    page.get_by_role("button", name="Retry").click()
+    page.get_by_text("out tokens").first.wait_for(timeout=60_000)
+    assert page.get_by_text("Stopped before the answer was complete.").count() == 0

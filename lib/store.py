@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import replace
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 from botocore.exceptions import BotoCoreError, ClientError
@@ -19,6 +19,7 @@ from lib import keys
 from lib.capacity import Meter
 from lib.cursor import CursorCodec
 from lib.errors import (
+    ChatError,
     EmptyMessage,
     InvalidCursor,
     InvalidTitle,
@@ -70,6 +71,10 @@ def default_title(question: str) -> str:
     return cut + "…"
 
 
+def _error_code(exc: ClientError) -> str:
+    return exc.response.get("Error", {}).get("Code", "")
+
+
 def _cancellation_codes(exc: ClientError) -> list[str]:
     return [reason.get("Code", "None") for reason in exc.response.get("CancellationReasons", [])]
 
@@ -100,8 +105,7 @@ class ChatStore:
         try:
             return getattr(self._client, operation)(**params)
         except ClientError as exc:
-            code = exc.response.get("Error", {}).get("Code", "")
-            if code in _UNAVAILABLE:
+            if _error_code(exc) in _UNAVAILABLE:
                 raise StoreUnavailable(
                     "The chat database is busy or unreachable right now; nothing was lost. Try again in a moment."
                 ) from exc
@@ -175,7 +179,7 @@ class ChatStore:
                 with self._action("send"):
                     self._send_transaction(user_id, session, message_item, at)
             except ClientError as exc:
-                if exc.response.get("Error", {}).get("Code") != "TransactionCanceledException":
+                if _error_code(exc) != "TransactionCanceledException":
                     raise
                 codes = _cancellation_codes(exc)
                 # Index 1 (meta) or 2 (old list item) failing means another tab sent
@@ -247,29 +251,20 @@ class ChatStore:
         sets = ", ".join(f"#{name} = :{name}" for name in values)
         removes = "" if "error" in values else " REMOVE #error"
         names = {f"#{name}": name for name in (*values, "status", "error")}
-        try:
-            response = self._call(
-                "update_item",
-                Key=to_item(keys.message_key(user_id, message.session_id, message.message_id)),
-                UpdateExpression=f"SET {sets}, #status = :status{removes}",
-                # Only a pending turn can be completed: a second finisher (the other
-                # tab, a late retry) fails instead of overwriting the answer, and a
-                # key that does not exist (a foreign or made-up id) is never created.
-                ConditionExpression="#status = :pending",
-                ExpressionAttributeNames=names,
-                ExpressionAttributeValues=to_item({**{f":{k}": v for k, v in values.items()},
-                                                   ":status": status, ":pending": PENDING}),
-                ReturnValues="ALL_NEW",
-                ReturnValuesOnConditionCheckFailure="ALL_OLD",
-            )
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
-                raise
-            if "Item" not in exc.response:
-                raise MessageNotFound("That message does not exist.") from exc
-            raise MessageNotPending("This answer was already saved (perhaps from another tab).") from exc
-        attributes = response["Attributes"]
-        return Message.from_item(from_item(attributes), size=item_size(attributes))
+        return self._update_message(
+            user_id, message,
+            UpdateExpression=f"SET {sets}, #status = :status{removes}",
+            # Only a pending turn can be completed: a second finisher (the other
+            # tab, a late retry) fails instead of overwriting the answer, and a
+            # key that does not exist (a foreign or made-up id) is never created.
+            ConditionExpression="#status = :pending",
+            ExpressionAttributeNames=names,
+            ExpressionAttributeValues=to_item({**{f":{k}": v for k, v in values.items()},
+                                               ":status": status, ":pending": PENDING}),
+            ReturnValuesOnConditionCheckFailure="ALL_OLD",
+            refused=lambda old: MessageNotFound("That message does not exist.") if old is None else
+            MessageNotPending("This answer was already saved (perhaps from another tab)."),
+        )
 
     def _fit_answer(self, user_id: str, message: Message, output_body: str, fields: dict) -> tuple[str, bool]:
         """Cut the answer so the finished item stays under 400 KB; the flag tells the reader."""
@@ -287,44 +282,36 @@ class ChatStore:
     def restart_message(self, user_id: str, message: Message) -> Message:
         """Put a failed or interrupted turn back to pending for Retry: the same question, no duplicate (1 UpdateItem)."""
         with self._action("retry"):
-            try:
-                response = self._call(
-                    "update_item",
-                    Key=to_item(keys.message_key(user_id, message.session_id, message.message_id)),
-                    UpdateExpression="SET #status = :pending, attempt_time = :now REMOVE output_body, #error, "
-                                     "response_start_time, response_end_time, output_truncated",
-                    # A done turn is never reopened; a pending one only when the caller saw it stale.
-                    ConditionExpression="#status IN (:failed, :pending)",
-                    ExpressionAttributeNames={"#status": "status", "#error": "error"},
-                    ExpressionAttributeValues=to_item({":pending": PENDING, ":failed": FAILED, ":now": keys.now()}),
-                    ReturnValues="ALL_NEW",
-                )
-            except ClientError as exc:
-                if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
-                    raise
-                raise MessageNotPending("This turn already has an answer.") from exc
-        attributes = response["Attributes"]
-        return Message.from_item(from_item(attributes), size=item_size(attributes))
+            return self._update_message(
+                user_id, message,
+                UpdateExpression="SET #status = :pending, attempt_time = :now REMOVE output_body, #error, "
+                                 "response_start_time, response_end_time, output_truncated",
+                # A done turn is never reopened; a pending one only when the caller saw it stale.
+                ConditionExpression="#status IN (:failed, :pending)",
+                ExpressionAttributeNames={"#status": "status", "#error": "error"},
+                ExpressionAttributeValues=to_item({":pending": PENDING, ":failed": FAILED, ":now": keys.now()}),
+                refused=lambda old: MessageNotPending("This turn already has an answer."),
+            )
 
     def set_feedback(self, user_id: str, message: Message, value: int | None) -> Message:
         """Store thumbs up (1) / down (0) on the turn, or clear it (1 UpdateItem)."""
-        key = to_item(keys.message_key(user_id, message.session_id, message.message_id))
-        if value is None:
-            expression, values = "REMOVE feedback", None
-        else:
-            expression, values = "SET feedback = :v", to_item({":v": int(bool(value))})
-        params: dict[str, Any] = dict(Key=key, UpdateExpression=expression,
-                                      ConditionExpression="attribute_exists(pk)",  # never create a stray item
-                                      ReturnValues="ALL_NEW")
-        if values:
-            params["ExpressionAttributeValues"] = values
+        params: dict[str, Any] = {"UpdateExpression": "REMOVE feedback"} if value is None else {
+            "UpdateExpression": "SET feedback = :v", "ExpressionAttributeValues": to_item({":v": int(bool(value))})}
         with self._action("feedback"):
-            try:
-                response = self._call("update_item", **params)
-            except ClientError as exc:
-                if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
-                    raise
-                raise MessageNotFound("That message does not exist.") from exc
+            return self._update_message(user_id, message, ConditionExpression="attribute_exists(pk)",  # no stray item
+                                        refused=lambda old: MessageNotFound("That message does not exist."), **params)
+
+    def _update_message(self, user_id: str, message: Message, *, refused: Callable[[dict | None], ChatError],
+                        **params: Any) -> Message:
+        """One conditional UpdateItem of a turn, returning the turn as stored; a failed condition raises refused(old item)."""
+        try:
+            response = self._call("update_item", Key=to_item(keys.message_key(user_id, message.session_id,
+                                                                              message.message_id)),
+                                  ReturnValues="ALL_NEW", **params)
+        except ClientError as exc:
+            if _error_code(exc) != "ConditionalCheckFailedException":
+                raise
+            raise refused(exc.response.get("Item")) from exc
         attributes = response["Attributes"]
         return Message.from_item(from_item(attributes), size=item_size(attributes))
 
@@ -352,7 +339,7 @@ class ChatStore:
                     ])
                 return replace(session, title=title)
             except ClientError as exc:
-                if exc.response.get("Error", {}).get("Code") != "TransactionCanceledException":
+                if _error_code(exc) != "TransactionCanceledException":
                     raise
                 if attempt == MAX_RACE_RETRIES:
                     raise SessionChanged("This chat kept changing in another tab; reload and rename again.") from exc

@@ -57,12 +57,17 @@ def page():
         browser.close()
 
 
-def test_ask_see_the_streamed_answer_reload_and_find_the_session(app_url, page):
+def ask(page, app_url, question):
+    """Open the app and send a question through the chat input, as a person would."""
     page.goto(app_url)
     box = page.locator("[data-testid='stChatInput'] textarea")
     box.wait_for(timeout=60_000)
-    box.fill("How should I design a DynamoDB table for chat history?")
+    box.fill(question)
     box.press("Enter")
+
+
+def test_ask_see_the_streamed_answer_reload_and_find_the_session(app_url, page):
+    ask(page, app_url, "How should I design a DynamoDB table for chat history?")
     answer = page.locator("[data-testid='stChatMessage']").filter(has_text="Data modelling")
     answer.first.wait_for(timeout=60_000)
     page.get_by_text("out tokens").first.wait_for(timeout=60_000)  # the turn finished and was saved
@@ -81,11 +86,7 @@ def test_ask_see_the_streamed_answer_reload_and_find_the_session(app_url, page):
 
 
 def test_clicking_away_mid_stream_saves_the_partial_answer_as_stopped(app_url, page):
-    page.goto(app_url)
-    box = page.locator("[data-testid='stChatInput'] textarea")
-    box.wait_for(timeout=60_000)
-    box.fill("Tell me about DynamoDB keys")
-    box.press("Enter")
+    ask(page, app_url, "Tell me about DynamoDB keys")
     page.get_by_text("You asked").first.wait_for(timeout=60_000)  # streaming has started
     sidebar = page.locator("[data-testid='stSidebar']")
     sidebar.get_by_role("button", name="New chat").click()  # interrupts the script mid-stream

@@ -295,7 +295,7 @@ class TestRaces:
             store.send_message(A, session, "stale", system_prompt_id=PROMPT)
 
     def test_threads_sending_to_one_session_keep_the_invariants(self, store):
-        rounds, tabs = 8, 4
+        rounds, tabs = 20, 4
         for _ in range(rounds):
             session, _ = store.create_session(A, "race", system_prompt_id=PROMPT)
             errors = []

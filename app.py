@@ -1,4 +1,6 @@
-"""Team Chat, the chat page. Thin: state lives in lib.chat_view, DynamoDB in lib.store, the model in lib.models."""
+"""Team Chat: the chat page (`streamlit run app.py`; pages/cost.py is the usage & cost page).
+
+Thin: state lives in lib.chat_view, DynamoDB in lib.store, the model in lib.models."""
 from __future__ import annotations
 
 import streamlit as st
@@ -12,9 +14,8 @@ from lib.turns import Turn, begin_turn, retry_turn
 
 st.set_page_config(page_title="Team Chat", page_icon="💬", layout="wide")
 ui.apply_style()
-
 svc = ui.services()
-settings, store, model = svc.settings, svc.store, svc.model
+settings, store, model, ledger = svc.settings, svc.store, svc.model, svc.ledger
 me = ui.current_identity(settings)
 view = ui.chat_view(me.user_id)
 context_notes: dict[str, str] = st.session_state.setdefault("context_notes", {})
@@ -42,7 +43,8 @@ def go_to(session_id: str | None) -> None:
 
 # --- sidebar -------------------------------------------------------------------------------------
 with st.sidebar:
-    st.button("New chat", icon=":material/edit_square:", use_container_width=True, on_click=go_to, args=(None,))
+    ui.page_links()
+    st.button("New chat", icon=":material/edit_square:", width="stretch", on_click=go_to, args=(None,))
     st.caption("Your chats")
     if not view.sidebar:
         st.caption("Nothing here yet: your chats will be listed here, newest first.")
@@ -50,9 +52,9 @@ with st.sidebar:
         current = row.session_id == view.open_id
         label = f"{plain_label(row.title)} :gray[· {ui.relative_time(row.last_message_time)}]"
         st.button(label, key=f"open-{row.session_id}", type="primary" if current else "tertiary",
-                  help=f"Last message {ui.relative_time(row.last_message_time)}", use_container_width=True,
+                  help=f"Last message {ui.relative_time(row.last_message_time)}", width="stretch",
                   on_click=go_to, args=(row.session_id,))
-    if view.sidebar_cursor and st.button("Load more", icon=":material/expand_more:", use_container_width=True):
+    if view.sidebar_cursor and st.button("Load more", icon=":material/expand_more:", width="stretch"):
         with ui.errors_shown():
             view.load_more_sessions(store)
             st.rerun()
@@ -101,7 +103,8 @@ def ask(question: str) -> None:
     with ui.errors_shown():
         try:
             turn = begin_turn(store, model, me.user_id, view.session, question, view.messages,
-                              system_prompt_id=settings.system_prompt_id, budget_tokens=settings.context_tokens)
+                              system_prompt_id=settings.system_prompt_id, budget_tokens=settings.context_tokens,
+                              ledger=ledger)
         except ChatError:
             st.session_state["unsent"] = question  # nothing typed is lost
             raise
@@ -113,7 +116,8 @@ def ask(question: str) -> None:
             stream_into_page(turn)
         if first and turn.saved is not None and turn.saved.status == DONE:
             try:  # a short model-written title; the first words of the question stay if this fails
-                title, _ = model.title(question, turn.text)
+                title, tokens = model.title(question, turn.text)
+                ledger.record_tokens(me.user_id, model.name, tokens)
                 view.renamed(store.rename_session(me.user_id, view.session, title))
             except ChatError:
                 pass
@@ -158,7 +162,7 @@ def render_answer(m: Message) -> None:
         if st.button("Retry", key=f"retry-{m.message_id}", icon=":material/refresh:"):
             with ui.errors_shown():
                 turn = retry_turn(store, model, me.user_id, view.session, m, view.messages,
-                                  budget_tokens=settings.context_tokens)
+                                  budget_tokens=settings.context_tokens, ledger=ledger)
                 view.saved(turn.message)
                 stream_into_page(turn)
                 st.rerun()
@@ -179,14 +183,14 @@ if view.not_found:
 elif view.session is not None:
     title_col, rename_col, export_col = st.columns([7, 2, 2], vertical_alignment="center")
     title_col.subheader(view.session.title, anchor=False)
-    with rename_col.popover("Rename", icon=":material/edit:", use_container_width=True):
+    with rename_col.popover("Rename", icon=":material/edit:", width="stretch"):
         with st.form("rename", border=False):
             new_title = st.text_input("Title", value=view.session.title, max_chars=120)
             if st.form_submit_button("Save", type="primary"):
                 with ui.errors_shown():
                     view.renamed(store.rename_session(me.user_id, view.session, new_title))
                     st.rerun()
-    with export_col.popover("Export", icon=":material/download:", use_container_width=True):
+    with export_col.popover("Export", icon=":material/download:", width="stretch"):
         session_now = view.session
         st.download_button("Markdown", on_click="ignore", file_name=f"{session_now.title[:40]}.md", mime="text/markdown",
                            data=lambda: export.to_markdown(session_now, store.all_messages(me.user_id, session_now.session_id)))
@@ -206,7 +210,7 @@ else:
         st.title("What can I help with?", anchor=False)
         st.caption("Your chats are private to you and saved, so you can pick them up on any device.")
         for column, suggestion in zip(st.columns(len(SUGGESTIONS)), SUGGESTIONS):
-            if column.button(suggestion, use_container_width=True):
+            if column.button(suggestion, width="stretch"):
                 suggested = suggestion
 
 question = st.chat_input("Ask anything…") or suggested

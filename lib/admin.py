@@ -31,10 +31,24 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m lib.admin", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("create-table", help="create the DynamoDB table on AWS (uses CHAT_TABLE, CHAT_REGION)")
+    seed = commands.add_parser("seed-demo", help="fill the table with a few weeks of demo chats and usage")
+    seed.add_argument("--days", type=int, default=21)
+    seed.add_argument("--allow-aws", action="store_true", help="required to seed a table on AWS")
     args = parser.parse_args(argv)
     settings = Settings.load()
     if args.command == "create-table":
         print(create_aws_table(settings))
+    elif args.command == "seed-demo":
+        if settings.backend == "aws" and not args.allow_aws:
+            print("Refusing to write demo data to AWS without --allow-aws.", file=sys.stderr)
+            return 2
+        from lib.seed import seed_demo
+        from lib.services import build_services
+
+        services = build_services(settings)
+        counts = seed_demo(services, days=args.days)
+        print(f"Seeded {counts['sessions']} sessions, {counts['turns']} turns ({counts['failed']} failed) into "
+              f"{services.database.where}.")
     return 0
 
 

@@ -12,11 +12,11 @@ import contextlib
 import contextvars
 import math
 import threading
-import time
 from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Mapping
 
+from lib import keys
 from lib.itemsize import item_size, value_size
 
 WRITE_UNIT_BYTES = 1024
@@ -129,7 +129,8 @@ class Usage:
     modeled: float
     source: str  # "service" | "model": which figure `units` is
     ok: bool
-    at: float  # epoch seconds
+    at: str  # key-format UTC time (lib.keys.now)
+    user: str | None = None  # whose action caused the call; None for operator commands
 
     @property
     def units(self) -> float:
@@ -141,7 +142,8 @@ class Meter:
 
     def __init__(self, *, trust_reported: bool, keep: int = 10_000):
         self.trust_reported = trust_reported
-        self._action: contextvars.ContextVar[str] = contextvars.ContextVar("capacity_action", default="other")
+        self._action: contextvars.ContextVar[tuple[str, str | None]] = contextvars.ContextVar(
+            "capacity_action", default=("other", None))
         self._lock = threading.Lock()
         self._recent: deque[Usage] = deque(maxlen=keep)
         self._listeners: list[Callable[[Usage], None]] = []
@@ -155,9 +157,9 @@ class Meter:
         return client
 
     @contextlib.contextmanager
-    def action(self, name: str) -> Iterator[None]:
-        """Label every call made inside the block with `name` (sidebar, send, ...)."""
-        token = self._action.set(name)
+    def action(self, name: str, user: str | None = None) -> Iterator[None]:
+        """Label every call made inside the block with `name` (sidebar, send, ...) and the user it serves."""
+        token = self._action.set((name, user))
         try:
             yield
         finally:
@@ -183,7 +185,7 @@ class Meter:
 
     def _remember_params(self, params: dict, context: dict, **_: Any) -> None:
         context["meter_params"] = params
-        context["meter_action"] = self._action.get()
+        context["meter_action"], context["meter_user"] = self._action.get()
 
     def _record(self, http_response: Any, parsed: Mapping[str, Any], model: Any, context: dict, **_: Any) -> None:
         params = context.get("meter_params")
@@ -197,7 +199,8 @@ class Meter:
             modeled = 0.0  # throttled or invalid: nothing was read or written
         reported = reported_units(parsed) if ok else None
         source = "service" if (self.trust_reported and reported is not None) else "model"
-        usage = Usage(model.name, context.get("meter_action", "other"), kind, reported, modeled, source, ok, time.time())
+        usage = Usage(model.name, context.get("meter_action", "other"), kind, reported, modeled, source, ok, keys.now(),
+                      context.get("meter_user"))
         with self._lock:
             self._recent.append(usage)
         for listener in self._listeners:

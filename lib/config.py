@@ -30,7 +30,7 @@ SETTINGS: dict[str, tuple[str, str]] = {
                                 "else `demo`."),
     "ANTHROPIC_API_KEY": ("", "API key for the `anthropic` provider (a secret: environment or secrets.toml only)."),
     "CHAT_ANTHROPIC_BASE_URL": ("", "Base URL override for the `anthropic` provider (a gateway)."),
-    "CHAT_MODEL": ("claude-sonnet-5", "Model name for the `anthropic` provider."),
+    "CHAT_MODEL": ("claude-sonnet-4-6", "Model name for the `anthropic` provider."),
     "CHAT_BEDROCK_MODEL": ("", "Model or inference-profile id for the `bedrock` provider (required with it: ids "
                                "depend on what your account enabled)."),
     "CHAT_BEDROCK_REGION": ("", "Bedrock region; unset: `CHAT_REGION`."),
@@ -41,6 +41,14 @@ SETTINGS: dict[str, tuple[str, str]] = {
     "CHAT_SYSTEM_PROMPT_ID": ("default-v1", "System prompt of new turns (see `lib/prompts.py`)."),
     "CHAT_PENDING_TIMEOUT_S": ("300", "A turn still pending after this many seconds is shown as interrupted."),
     "CHAT_DEMO_DELAY": ("0.02", "Seconds between the demo model's chunks."),
+    "CHAT_ADMINS": ("", "Comma-separated user ids (emails) who see everyone's usage on the cost page."),
+    "CHAT_LEDGER_FLUSH_S": ("120", "Seconds between usage-ledger flushes (at least 30); a crash loses at most this much "
+                                   "usage counting, never chat data."),
+    "CHAT_PRICE_WRU_PER_M": ("0.625", "USD per million write request units (DynamoDB on-demand, us-east-1)."),
+    "CHAT_PRICE_RRU_PER_M": ("0.125", "USD per million read request units."),
+    "CHAT_PRICE_STORAGE_GB_MONTH": ("0.25", "USD per GB-month of table storage."),
+    "CHAT_MODEL_PRICES": ("", "JSON object of model -> [USD per M input tokens, per M output tokens], merged over "
+                              "the built-in list prices (`lib/pricing.py`)."),
 }
 
 _SECRET = {"cursor_secret", "proxy_secret", "anthropic_api_key"}
@@ -86,6 +94,12 @@ class Settings:
     system_prompt_id: str
     pending_timeout_s: float
     demo_delay: float
+    admins: str
+    ledger_flush_s: float
+    price_wru_per_m: float
+    price_rru_per_m: float
+    price_storage_gb_month: float
+    model_prices: str
 
     @classmethod
     def load(cls, env: Mapping[str, str] | None = None, secrets: Mapping[str, Any] | None = None) -> "Settings":
@@ -128,4 +142,11 @@ class Settings:
             raise ConfigError("CHAT_MODEL_PROVIDER=bedrock needs CHAT_BEDROCK_MODEL: the model or inference-profile id "
                               "enabled in your account (see `aws bedrock list-inference-profiles`).")
         values["bedrock_region"] = values["bedrock_region"] or values["region"]
+        if values["ledger_flush_s"] < 30:
+            raise ConfigError("CHAT_LEDGER_FLUSH_S must be at least 30 seconds.")
         return cls(**values)
+
+    @property
+    def admin_ids(self) -> frozenset[str]:
+        """Admins, normalised like identities (emails lower-cased)."""
+        return frozenset(a.strip().lower() if "@" in a else a.strip() for a in self.admins.split(",") if a.strip())

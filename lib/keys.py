@@ -4,14 +4,17 @@ Records and their keys:
     list item     pk USER#<user_id>               sk SES#<last_message_time>#<session_id>
     session meta  pk USER#<user_id>#SES#<session_id>  sk SES#META
     message       pk USER#<user_id>#SES#<session_id>  sk MSG#<message_id>
+    usage bucket  pk USAGE#<yyyy-mm-dd>               sk USER#<user_id>   (the cost page's ledger)
 
 Invariant: every key starts with USER#<user_id>, and user_id comes from the
 authenticated identity, so one user's request cannot name another user's item.
 """
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import re
+from typing import Callable, Iterator
 
 from ulid import ULID
 
@@ -41,9 +44,23 @@ def parse_time(text: str) -> _dt.datetime:
     return _dt.datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=_dt.timezone.utc)
 
 
+_clock: Callable[[], _dt.datetime] = lambda: _dt.datetime.now(_dt.timezone.utc)
+
+
 def now() -> str:
     """The current time in key format."""
-    return format_time(_dt.datetime.now(_dt.timezone.utc))
+    return format_time(_clock())
+
+
+@contextlib.contextmanager
+def clock(moment: Callable[[], _dt.datetime]) -> Iterator[None]:
+    """Run the block with another clock: for writing history in the past (seed-demo) and for tests."""
+    global _clock
+    previous, _clock = _clock, moment
+    try:
+        yield
+    finally:
+        _clock = previous
 
 
 def later_than(previous: str) -> str:
@@ -91,6 +108,24 @@ def meta_key(user_id: str, session_id: str) -> dict[str, str]:
 
 def message_key(user_id: str, session_id: str, message_id: str) -> dict[str, str]:
     return {"pk": session_pk(user_id, session_id), "sk": f"{MESSAGE_PREFIX}{message_id}"}
+
+
+USAGE_PREFIX = "USAGE#"
+
+
+def usage_key(day: str, user_id: str) -> dict[str, str]:
+    """A usage-ledger bucket: one item per UTC day and user, counters updated with ADD.
+
+    The one key not under USER#: it is admin data (the cost page), written only by
+    the ledger from the server's clock and the authenticated user, and read either
+    by an admin or, for a non-admin, only at the caller's own sort key.
+    """
+    return {"pk": f"{USAGE_PREFIX}{day}", "sk": user_pk(user_id)}
+
+
+def day_of(time_text: str) -> str:
+    """The UTC day (yyyy-mm-dd) of a key time."""
+    return time_text[:10]
 
 
 def is_list_sk(sk: str) -> bool:

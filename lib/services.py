@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from lib.config import Settings
 from lib.database import Database, open_database
+from lib.ledger import Ledger
 from lib.models import AnthropicModel, ChatModel, DemoModel
 from lib.store import ChatStore
 
@@ -16,6 +17,7 @@ class Services:
     database: Database
     store: ChatStore
     model: ChatModel
+    ledger: Ledger
 
 
 def make_model(settings: Settings) -> ChatModel:
@@ -35,4 +37,5 @@ def make_model(settings: Settings) -> ChatModel:
 
 def build_services(settings: Settings) -> Services:
     database = open_database(settings)
-    return Services(settings, database, database.store(settings.cursor_secret), make_model(settings))
+    ledger = Ledger(database.client, database.table, database.meter, flush_interval_s=settings.ledger_flush_s)
+    return Services(settings, database, database.store(settings.cursor_secret), make_model(settings), ledger.start())

@@ -91,11 +91,12 @@ class ChatStore:
     # --- plumbing -------------------------------------------------------
 
     @contextlib.contextmanager
-    def _action(self, name: str) -> Iterator[None]:
+    def _action(self, name: str, user_id: str) -> Iterator[None]:
+        """Label the requests inside for the capacity meter: which action, for whom."""
         if self._meter is None:
             yield
             return
-        with self._meter.action(name):
+        with self._meter.action(name, user_id):
             yield
 
     def _call(self, operation: str, **params: Any) -> dict:
@@ -146,7 +147,7 @@ class ChatStore:
         session_id, at = keys.new_id(), keys.now()
         message_item, message = self._pending_message(user_id, session_id, input_body, system_prompt_id, at, keys.new_id())
         session = Session(session_id, user_id, self._valid_title(title or default_title(input_body)), at, at, 1)
-        with self._action("create"):
+        with self._action("create", user_id):
             self._call("transact_write_items", TransactItems=[
                 {"Put": {  # meta; the condition makes a duplicated id fail instead of overwriting a session
                     "TableName": self._table,
@@ -176,7 +177,7 @@ class ChatStore:
             at = keys.later_than(session.last_message_time)
             message_item["create_time"] = {"S": at}
             try:
-                with self._action("send"):
+                with self._action("send", user_id):
                     self._send_transaction(user_id, session, message_item, at)
             except ClientError as exc:
                 if _error_code(exc) != "TransactionCanceledException":
@@ -192,7 +193,7 @@ class ChatStore:
                             "This chat kept changing in another tab; your question was not sent. Reload and send again."
                         ) from exc
                     raise
-                with self._action("send"):
+                with self._action("send", user_id):
                     session = self.get_session(user_id, session.session_id)
                 continue
             sent = replace(session, last_message_time=at, message_count=session.message_count + 1)
@@ -229,7 +230,7 @@ class ChatStore:
                        output_token: int, response_start_time: str, response_end_time: str,
                        model: str | None = None) -> Message:
         """Fill in the answer and mark the turn done (1 UpdateItem). Does not move the sidebar."""
-        with self._action("finish"):
+        with self._action("finish", user_id):
             return self._complete(user_id, message, DONE, output_body=output_body, input_token=input_token,
                                   output_token=output_token, response_start_time=response_start_time,
                                   response_end_time=response_end_time, model=model)
@@ -238,7 +239,7 @@ class ChatStore:
                      output_token: int = 0, response_start_time: str | None = None,
                      response_end_time: str | None = None, model: str | None = None) -> Message:
         """Mark the turn failed, keeping the partial answer and why (1 UpdateItem)."""
-        with self._action("fail"):
+        with self._action("fail", user_id):
             return self._complete(user_id, message, FAILED, output_body=output_body, input_token=input_token,
                                   output_token=output_token, response_start_time=response_start_time,
                                   response_end_time=response_end_time or keys.now(), model=model, error=error)
@@ -281,7 +282,7 @@ class ChatStore:
 
     def restart_message(self, user_id: str, message: Message) -> Message:
         """Put a failed or interrupted turn back to pending for Retry: the same question, no duplicate (1 UpdateItem)."""
-        with self._action("retry"):
+        with self._action("retry", user_id):
             return self._update_message(
                 user_id, message,
                 UpdateExpression="SET #status = :pending, attempt_time = :now REMOVE output_body, #error, "
@@ -297,7 +298,7 @@ class ChatStore:
         """Store thumbs up (1) / down (0) on the turn, or clear it (1 UpdateItem)."""
         params: dict[str, Any] = {"UpdateExpression": "REMOVE feedback"} if value is None else {
             "UpdateExpression": "SET feedback = :v", "ExpressionAttributeValues": to_item({":v": int(bool(value))})}
-        with self._action("feedback"):
+        with self._action("feedback", user_id):
             return self._update_message(user_id, message, ConditionExpression="attribute_exists(pk)",  # no stray item
                                         refused=lambda old: MessageNotFound("That message does not exist."), **params)
 
@@ -320,7 +321,7 @@ class ChatStore:
         title = self._valid_title(title)
         for attempt in range(MAX_RACE_RETRIES + 1):
             try:
-                with self._action("rename"):
+                with self._action("rename", user_id):
                     self._call("transact_write_items", TransactItems=[
                         {"Update": {  # the meta, only if the sidebar row we name below is still current
                             "TableName": self._table,
@@ -343,7 +344,7 @@ class ChatStore:
                     raise
                 if attempt == MAX_RACE_RETRIES:
                     raise SessionChanged("This chat kept changing in another tab; reload and rename again.") from exc
-                with self._action("rename"):
+                with self._action("rename", user_id):
                     session = self.get_session(user_id, session.session_id)
         raise AssertionError("unreachable")
 
@@ -391,7 +392,7 @@ class ChatStore:
             if not isinstance(sk, str) or not keys.is_list_sk(sk):
                 raise InvalidCursor("This page link is not valid any more; reload the list.")
             params["ExclusiveStartKey"] = to_item({"pk": pk, "sk": sk})
-        with self._action("sidebar"):
+        with self._action("sidebar", user_id):
             response = self._call("query", **params)
         items = [SessionSummary.from_item(from_item(i)) for i in response.get("Items", [])]
         last = response.get("LastEvaluatedKey")
@@ -418,7 +419,7 @@ class ChatStore:
                 raise InvalidCursor("This page link is not valid any more; reload the chat.")
             params["ExclusiveStartKey"] = to_item({"pk": pk, "sk": sk})
             params["Limit"] = TURNS_PAGE
-        with self._action("open"):
+        with self._action("open", user_id):
             response = self._call("query", **params)
         raw = response.get("Items", [])
         session = None
@@ -449,7 +450,7 @@ class ChatStore:
             ConsistentRead=True,
         )
         messages: list[Message] = []
-        with self._action("export"):
+        with self._action("export", user_id):
             while True:
                 response = self._call("query", **params)
                 messages += [Message.from_item(from_item(i), size=item_size(i)) for i in response.get("Items", [])]

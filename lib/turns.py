@@ -18,6 +18,7 @@ from typing import Iterator
 from lib import keys
 from lib.context import Context, build_context
 from lib.errors import ChatError, MessageNotPending
+from lib.ledger import Ledger
 from lib.models import ChatModel, Reply, Usage
 from lib.prompts import system_prompt
 from lib.records import Message, Session
@@ -40,6 +41,7 @@ class Turn:
     saved: Message | None = None
     error: str | None = None
     save_error: ChatError | None = field(default=None, repr=False)
+    ledger: Ledger | None = field(default=None, repr=False)
 
     def __iter__(self) -> Iterator[str]:
         self.reply = self.model.stream(self.context.prompt)
@@ -77,6 +79,8 @@ class Turn:
                     response_start_time=reply.started_at if reply else None,
                     response_end_time=reply.ended_at if reply else None, model=self.model.name)
             self.save_error = None
+            if self.ledger is not None:
+                self.ledger.record_turn(self.user_id, self.saved, usage, self.model.name)
         except MessageNotPending:
             self.saved = self.message  # the other tab's save stands
         except ChatError as exc:
@@ -85,21 +89,22 @@ class Turn:
 
 
 def begin_turn(store: ChatStore, model: ChatModel, user_id: str, session: Session | None, question: str,
-               history: list[Message], *, system_prompt_id: str, budget_tokens: int) -> Turn:
+               history: list[Message], *, system_prompt_id: str, budget_tokens: int,
+               ledger: Ledger | None = None) -> Turn:
     """Commit the question (create_session or send_message: one transaction), before any model call."""
     if session is None:
         session, message = store.create_session(user_id, question, system_prompt_id=system_prompt_id)
     else:
         session, message = store.send_message(user_id, session, question, system_prompt_id=system_prompt_id)
     context = build_context(system_prompt(system_prompt_id), history, question, budget_tokens=budget_tokens)
-    return Turn(store, model, user_id, session, message, context)
+    return Turn(store, model, user_id, session, message, context, ledger=ledger)
 
 
 def retry_turn(store: ChatStore, model: ChatModel, user_id: str, session: Session, message: Message,
-               history: list[Message], *, budget_tokens: int) -> Turn:
+               history: list[Message], *, budget_tokens: int, ledger: Ledger | None = None) -> Turn:
     """Regenerate a failed or interrupted turn in place: the same question, no second one (1 UpdateItem)."""
     restarted = store.restart_message(user_id, message)
     earlier = [m for m in history if m.message_id < message.message_id]
     context = build_context(system_prompt(message.system_prompt_id), earlier, message.input_body,
                             budget_tokens=budget_tokens)
-    return Turn(store, model, user_id, session, restarted, context)
+    return Turn(store, model, user_id, session, restarted, context, ledger=ledger)

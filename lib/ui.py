@@ -44,6 +44,12 @@ def apply_style() -> None:
     st.html(_STYLE)
 
 
+def page_links() -> None:
+    """The app's own navigation (Streamlit's automatic one would list the entry script as 'app')."""
+    st.page_link("app.py", label="Chat", icon=":material/chat:")
+    st.page_link("pages/cost.py", label="Usage & cost", icon=":material/payments:")
+
+
 def request_headers() -> dict[str, str]:
     """The headers of the browser's connection (set by the SSO proxy in `header` mode)."""
     return dict(st.context.headers or {})

@@ -1,0 +1,203 @@
+"""The usage ledger: DynamoDB capacity and model tokens per UTC day and user, in the chat table itself.
+
+Metering must not add a write to each turn, so counts are buffered in the process
+and flushed with one UpdateItem (ADD) per changed (day, user) bucket every
+CHAT_LEDGER_FLUSH_S seconds (at least 30), and at shutdown. Loss bound: a process
+that dies without shutting down loses at most one flush interval of counts (never
+chat data). The flush's own writes are metered under action "ledger"; they ride
+along with the next flush instead of causing one, so an idle app writes nothing.
+
+Counter names (flat attributes, kept short so a bucket stays one 1 KB write unit):
+    n.<action> requests   w.<action>/r.<action> modeled WRU/RRU
+    wu.<action>/ru.<action> the units billed (the service's figure where it reported one, else the model's)
+    ns.<action> requests whose figure came from the service
+    t.done / t.failed turns     b bytes of finished turns (storage growth)
+    tn|<model> calls  ti|<model> to|<model> tcr|<model> tcw|<model> input/output/cache-read/cache-write tokens
+"""
+from __future__ import annotations
+
+import atexit
+import threading
+from collections import defaultdict
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any, Iterable
+
+from boto3.dynamodb.types import TypeDeserializer
+
+from lib import keys
+from lib.capacity import Meter, Usage
+from lib.models import Usage as TokenUsage
+from lib.records import DONE, Message
+from lib.store import to_item
+
+SYSTEM_USER = "(system)"  # operator commands carry no user
+_de = TypeDeserializer()
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """One day and user's counters, as stored (plus, when asked, this process's unflushed counts)."""
+
+    day: str
+    user: str
+    counters: dict[str, float]
+
+
+def _number(value: float) -> Decimal:
+    """DynamoDB numbers are decimals: counts are integers, capacity units halves at finest."""
+    return Decimal(int(value)) if float(value).is_integer() else Decimal(repr(float(value)))
+
+
+class Ledger:
+    def __init__(self, client: Any, table: str, meter: Meter, *, flush_interval_s: float = 120.0):
+        self._client = client
+        self._table = table
+        self._meter = meter
+        self.flush_interval_s = flush_interval_s
+        self._lock = threading.Lock()
+        self._buffer: dict[tuple[str, str], dict[str, float]] = defaultdict(lambda: defaultdict(float))
+        self._due: set[tuple[str, str]] = set()  # buckets with counts other than the ledger's own writes
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        meter.subscribe(self.record_usage)
+
+    # --- counting (in memory) ---------------------------------------------
+
+    def _add(self, day: str, user: str, counts: dict[str, float], *, due: bool = True) -> None:
+        with self._lock:
+            bucket = self._buffer[(day, user)]
+            for name, value in counts.items():
+                if value:
+                    bucket[name] += value
+            if due:
+                self._due.add((day, user))
+
+    def record_usage(self, usage: Usage) -> None:
+        """Meter listener: one DynamoDB call."""
+        a = usage.action
+        counts = {f"n.{a}": 1}
+        if usage.kind == "write":
+            counts[f"w.{a}"], counts[f"wu.{a}"] = usage.modeled, usage.units
+        elif usage.kind == "read":
+            counts[f"r.{a}"], counts[f"ru.{a}"] = usage.modeled, usage.units
+        if usage.source == "service":
+            counts[f"ns.{a}"] = 1
+        self._add(keys.day_of(usage.at), usage.user or SYSTEM_USER, counts, due=a != "ledger")
+
+    def record_turn(self, user: str, message: Message, tokens: TokenUsage | None, model: str) -> None:
+        """A turn ended (finished or failed): its outcome, stored bytes and model tokens."""
+        counts = {"t.done" if message.status == DONE else "t.failed": 1, "b": message.size}
+        counts.update(self._token_counts(model, tokens or TokenUsage()))
+        self._add(keys.day_of(message.response_end_time or keys.now()), user, counts)
+
+    def record_tokens(self, user: str, model: str, tokens: TokenUsage) -> None:
+        """A model call outside a turn (a title)."""
+        self._add(keys.day_of(keys.now()), user, self._token_counts(model, tokens))
+
+    @staticmethod
+    def _token_counts(model: str, tokens: TokenUsage) -> dict[str, float]:
+        return {f"tn|{model}": 1, f"ti|{model}": tokens.input_tokens, f"to|{model}": tokens.output_tokens,
+                f"tcr|{model}": tokens.cache_read_tokens, f"tcw|{model}": tokens.cache_write_tokens}
+
+    # --- flushing -----------------------------------------------------------
+
+    def flush(self, *, final: bool = False) -> int:
+        """Write every due bucket (all buckets if final) with one UpdateItem each; returns how many were written."""
+        with self._lock:
+            names = set(self._buffer) if final else set(self._due)
+            batch = {name: dict(self._buffer.pop(name)) for name in names if name in self._buffer}
+            self._due -= names
+        pending = list(batch.items())
+        for index, ((day, user), counts) in enumerate(pending):
+            try:
+                self._write(day, user, counts)
+            except Exception:
+                for (day_, user_), counts_ in pending[index:]:  # keep what was not written for the next flush
+                    self._add(day_, user_, counts_)
+                raise
+        return len(pending)
+
+    def _write(self, day: str, user: str, counts: dict[str, float]) -> None:
+        names = {f"#c{i}": name for i, name in enumerate(counts)}
+        values = {f":c{i}": _number(value) for i, value in enumerate(counts.values())}
+        with self._meter.action("ledger", None if user == SYSTEM_USER else user):
+            self._client.update_item(
+                TableName=self._table, Key=to_item(keys.usage_key(day, user)),
+                UpdateExpression="ADD " + ", ".join(f"#c{i} :c{i}" for i in range(len(counts))),
+                ExpressionAttributeNames=names, ExpressionAttributeValues=to_item(values))
+
+    def start(self) -> "Ledger":
+        """Flush in the background every interval, and once more when the process exits normally."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="usage-ledger", daemon=True)
+            self._thread.start()
+            atexit.register(self.close)
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.flush_interval_s):
+            try:
+                self.flush()
+            except Exception:  # DynamoDB unavailable: the counts stay buffered for the next try
+                pass
+
+    def close(self) -> None:
+        self._stop.set()
+        try:
+            self.flush(final=True)
+        except Exception:
+            pass
+
+    # --- reading --------------------------------------------------------------
+
+    def pending(self) -> list[Bucket]:
+        """This process's counts not flushed yet."""
+        with self._lock:
+            return [Bucket(day, user, dict(counts)) for (day, user), counts in sorted(self._buffer.items())]
+
+    def read(self, days: Iterable[str], *, user: str | None = None, reader: str | None = None,
+             include_unflushed: bool = True) -> list[Bucket]:
+        """Buckets of these days: every user's (one Query per day), or only `user`'s (one BatchGetItem per 100 days).
+
+        `reader` is who asked (metered as their "ledger" action); it defaults to `user`.
+        """
+        days = list(days)
+        found: dict[tuple[str, str], dict[str, float]] = defaultdict(lambda: defaultdict(float))
+        with self._meter.action("ledger", reader or user):
+            items = self._read_user(days, user) if user is not None else self._read_all(days)
+        for item in items:
+            plain = {k: _de.deserialize(v) for k, v in item.items()}
+            day = plain.pop("pk").removeprefix(keys.USAGE_PREFIX)
+            owner = plain.pop("sk").removeprefix(keys.USER_PREFIX)
+            for name, value in plain.items():
+                found[(day, owner)][name] += float(value)
+        if include_unflushed:
+            for bucket in self.pending():
+                if bucket.day in days and (user is None or bucket.user == user):
+                    for name, value in bucket.counters.items():
+                        found[(bucket.day, bucket.user)][name] += value
+        return [Bucket(day, owner, dict(counts)) for (day, owner), counts in sorted(found.items())]
+
+    def _read_all(self, days: list[str]) -> list[dict]:
+        items: list[dict] = []
+        for day in days:
+            params: dict[str, Any] = dict(TableName=self._table, KeyConditionExpression="pk = :pk",
+                                          ExpressionAttributeValues=to_item({":pk": keys.USAGE_PREFIX + day}))
+            while True:
+                response = self._client.query(**params)
+                items += response.get("Items", [])
+                if "LastEvaluatedKey" not in response:
+                    break
+                params["ExclusiveStartKey"] = response["LastEvaluatedKey"]
+        return items
+
+    def _read_user(self, days: list[str], user: str) -> list[dict]:
+        items: list[dict] = []
+        for start in range(0, len(days), 100):
+            request = {self._table: {"Keys": [to_item(keys.usage_key(day, user)) for day in days[start:start + 100]]}}
+            while request:
+                response = self._client.batch_get_item(RequestItems=request)
+                items += response.get("Responses", {}).get(self._table, [])
+                request = response.get("UnprocessedKeys") or None
+        return items

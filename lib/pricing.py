@@ -1,0 +1,66 @@
+"""Prices: DynamoDB on-demand and model tokens, from configuration with documented defaults.
+
+A model without a price is "price unknown", never $0: an unknown cost must not look free.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from lib.config import Settings
+from lib.errors import ConfigError
+
+# USD per million tokens (input, output): Anthropic's list prices. Cache reads cost 0.1x input,
+# cache writes 1.25x input (5-minute cache). Override or extend with CHAT_MODEL_PRICES.
+MODEL_PRICES: dict[str, tuple[float, float]] = {
+    "demo": (0.0, 0.0),  # the offline demo model is free
+    "claude-opus-4-6": (5.0, 25.0),
+    "claude-opus-4-5": (5.0, 25.0),
+    "claude-sonnet-4-6": (3.0, 15.0),
+    "claude-sonnet-4-5": (3.0, 15.0),
+    "claude-haiku-4-5": (1.0, 5.0),
+}
+CACHE_READ_FACTOR, CACHE_WRITE_FACTOR = 0.1, 1.25
+
+
+@dataclass(frozen=True)
+class Prices:
+    wru_per_m: float
+    rru_per_m: float
+    storage_gb_month: float
+    models: dict[str, tuple[float, float]]
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> "Prices":
+        models = dict(MODEL_PRICES)
+        if settings.model_prices:
+            try:
+                extra = json.loads(settings.model_prices)
+                models.update({str(k): (float(v[0]), float(v[1])) for k, v in extra.items()})
+            except (ValueError, TypeError, IndexError, AttributeError) as exc:
+                raise ConfigError('CHAT_MODEL_PRICES must be JSON like {"my-model": [3, 15]}.') from exc
+        return cls(settings.price_wru_per_m, settings.price_rru_per_m, settings.price_storage_gb_month, models)
+
+    def dynamodb(self, wru: float, rru: float) -> float:
+        return wru * self.wru_per_m / 1e6 + rru * self.rru_per_m / 1e6
+
+    def storage(self, byte_months: float) -> float:
+        return byte_months / 1e9 * self.storage_gb_month
+
+    def model_price(self, model: str) -> tuple[float, float] | None:
+        """(input, output) USD per M tokens, matching a dated or regional id by its family name; None if unknown."""
+        if model in self.models:
+            return self.models[model]
+        for name, price in sorted(self.models.items(), key=lambda item: -len(item[0])):
+            if name != "demo" and name in model:  # claude-sonnet-4-6-20260101, us.anthropic.claude-sonnet-4-6...
+                return price
+        return None
+
+    def tokens(self, model: str, input_tokens: float, output_tokens: float, cache_read: float = 0,
+               cache_write: float = 0) -> float | None:
+        price = self.model_price(model)
+        if price is None:
+            return None
+        per_in, per_out = price
+        return (input_tokens * per_in + output_tokens * per_out + cache_read * per_in * CACHE_READ_FACTOR
+                + cache_write * per_in * CACHE_WRITE_FACTOR) / 1e6

@@ -42,8 +42,8 @@ SETTINGS: dict[str, tuple[str, str]] = {
     "CHAT_PENDING_TIMEOUT_S": ("300", "A turn still pending after this many seconds is shown as interrupted."),
     "CHAT_DEMO_DELAY": ("0.02", "Seconds between the demo model's chunks."),
     "CHAT_ADMINS": ("", "Comma-separated user ids (emails) who see everyone's usage on the cost page."),
-    "CHAT_LEDGER_FLUSH_S": ("120", "Seconds between usage-ledger flushes (at least 30); a crash loses at most this much "
-                                   "usage counting, never chat data."),
+    "CHAT_LEDGER_FLUSH_S": ("300", "Seconds between usage-ledger flushes (at least 30); a crash loses at most this much "
+                                   "usage counting, never chat data. See 'The usage ledger' in the README."),
     "CHAT_PRICE_WRU_PER_M": ("0.625", "USD per million write request units (DynamoDB on-demand, us-east-1)."),
     "CHAT_PRICE_RRU_PER_M": ("0.125", "USD per million read request units."),
     "CHAT_PRICE_STORAGE_GB_MONTH": ("0.25", "USD per GB-month of table storage."),

@@ -50,7 +50,7 @@ def _number(value: float) -> Decimal:
 
 
 class Ledger:
-    def __init__(self, client: Any, table: str, meter: Meter, *, flush_interval_s: float = 120.0):
+    def __init__(self, client: Any, table: str, meter: Meter, *, flush_interval_s: float = 300.0):
         self._client = client
         self._table = table
         self._meter = meter

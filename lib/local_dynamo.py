@@ -22,6 +22,7 @@ OS crash can lose the last moments, a killed process loses nothing).
 from __future__ import annotations
 
 import copy
+import fcntl
 import io
 import json
 import os
@@ -30,6 +31,7 @@ import threading
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from lib.errors import StoreUnavailable
 from lib.itemsize import ITEM_LIMIT_BYTES
 from werkzeug.serving import WSGIRequestHandler, make_server
 
@@ -121,7 +123,11 @@ def _patch_moto() -> None:
 
 
 class Journal:
-    """Snapshot + append-only journal of final item images, one line per write request."""
+    """Snapshot + append-only journal of final item images, one line per write request.
+
+    One process owns a folder at a time (an exclusive lock on `lock`): a second one
+    appending or compacting would lose the first one's writes.
+    """
 
     def __init__(self, folder: Path):
         self.folder = Path(folder)
@@ -129,6 +135,14 @@ class Journal:
         self.snapshot_path = self.folder / "snapshot.jsonl"
         self.journal_path = self.folder / "journal.jsonl"
         self._file: io.TextIOBase | None = None
+        self._lock_file = (self.folder / "lock").open("a+")
+        try:
+            fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._lock_file.close()
+            raise StoreUnavailable(
+                f"The local database in {self.folder}/ is in use by another process (another `streamlit run` or "
+                "admin command). Stop it first, or set CHAT_DATA_DIR to another folder.") from None
 
     def load(self) -> dict[tuple[str, str], dict]:
         """{(table, key json): item} from the snapshot, then the journal; a torn last line is skipped."""
@@ -171,6 +185,7 @@ class Journal:
         if self._file is not None:
             self._file.close()
             self._file = None
+        self._lock_file.close()  # releases the lock
 
 
 def _touched_keys(operation: str, request: dict) -> list[tuple[str, dict | None, dict | None]]:

@@ -121,3 +121,16 @@ class TestPersistence:
                          ["survives a restart?"]]
         # and again after the compaction the second start did
         assert json.loads(self.run(READ.format(folder=folder, session_id=session_id))) == first
+
+
+class TestOneOwner:
+    def test_a_second_process_on_the_same_folder_gets_a_clear_error(self, tmp_path):
+        import fcntl
+
+        from lib.errors import StoreUnavailable
+
+        with (tmp_path / "lock").open("a+") as held:  # as another process holding the folder would
+            fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            with pytest.raises(StoreUnavailable, match="in use by another process"):
+                Journal(tmp_path)
+        Journal(tmp_path).close()  # free again once the other one is gone

@@ -24,6 +24,12 @@ SUGGESTIONS = ["How should I design a DynamoDB table for chat history?",
                "Draft a short email asking my team for a decision by Friday",
                "Explain this Python error: KeyError: 'user_id'"]
 
+# --- a turn whose save failed (DynamoDB throttled past retries) is saved again on every run --------
+unsaved_turn: Turn | None = st.session_state.get("unsaved")
+if unsaved_turn is not None and unsaved_turn.close() is not None:
+    view.saved(unsaved_turn.saved)
+    del st.session_state["unsaved"]
+
 # --- reads: only on a new browser session, navigation, or "load more" ---------------------------
 wanted = st.query_params.get("session")
 with ui.errors_shown():
@@ -128,14 +134,9 @@ def render_answer(m: Message) -> None:
     unsaved: Turn | None = st.session_state.get("unsaved")
     if unsaved is not None and unsaved.message.message_id == m.message_id:
         st.markdown(safe_markdown(unsaved.text))
-        st.warning(f"Shown but not saved yet: {unsaved.save_error}", icon=":material/save:")
-        if st.button("Save now", key=f"save-{m.message_id}"):
-            with ui.errors_shown():
-                saved = unsaved.close()
-                if saved is not None:
-                    view.saved(saved)
-                    del st.session_state["unsaved"]
-                    st.rerun()
+        st.warning(f"Shown but not saved yet: {unsaved.save_error} Saving is retried on your next click.",
+                   icon=":material/save:")
+        st.button("Try saving again", key=f"save-{m.message_id}")  # any rerun retries the save
         return
     if m.output_body:
         st.markdown(safe_markdown(m.output_body))

@@ -17,7 +17,7 @@ from lib.schema import create_table, table_exists
 from lib.store import ChatStore
 
 # Throttles and transient errors are retried by botocore before the store sees them.
-RETRIES = Config(retries={"mode": "adaptive", "max_attempts": 5}, connect_timeout=5, read_timeout=30)
+RETRIES = Config(retries={"mode": "adaptive", "total_max_attempts": 5}, connect_timeout=5, read_timeout=30)
 
 MEMORY = ":memory:"  # CHAT_DATA_DIR value for a local database that is not saved
 

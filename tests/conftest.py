@@ -10,6 +10,7 @@ from lib.capacity import Meter
 from lib.database import local_client, local_server
 from lib.schema import create_table
 from lib.store import ChatStore
+from tests.fake_anthropic import FakeAnthropic
 
 
 @pytest.fixture(autouse=True)
@@ -76,3 +77,32 @@ def requests(client) -> Requests:
 @pytest.fixture
 def store(client, table, meter) -> ChatStore:
     return ChatStore(client, table, meter, cursor_secret="test-secret")
+
+
+@pytest.fixture
+def no_backoff_sleep(monkeypatch):
+    """botocore retries as configured; only the waiting between attempts is skipped, to keep the suite fast."""
+    import botocore.retries.adaptive as adaptive
+    import botocore.retries.standard as standard
+
+    monkeypatch.setattr(standard.ExponentialBackoff, "delay_amount", lambda self, context: 0)
+    monkeypatch.setattr(adaptive.ClientRateLimiter, "on_sending_request", lambda self, request, **kwargs: None)
+
+
+@pytest.fixture
+def app_env(monkeypatch, server):
+    """The pages run on a fresh table of the embedded server, in memory, with an instant demo model."""
+    monkeypatch.setenv("CHAT_TABLE", f"app-{uuid.uuid4().hex[:10]}")
+    monkeypatch.setenv("CHAT_DATA_DIR", ":memory:")
+    monkeypatch.setenv("CHAT_DEMO_DELAY", "0")
+
+
+@pytest.fixture
+def fake_model(monkeypatch):
+    """The anthropic provider, pointed at a local server that speaks the Anthropic streaming protocol."""
+    fake = FakeAnthropic()
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test")
+    monkeypatch.setenv("CHAT_ANTHROPIC_BASE_URL", fake.url)
+    monkeypatch.setenv("CHAT_MODEL_MAX_RETRIES", "0")
+    yield fake
+    fake.close()

@@ -1,64 +1,11 @@
 """The chat page through Streamlit's AppTest, on a real table of the embedded DynamoDB."""
-import uuid
-from pathlib import Path
-
 import pytest
 from streamlit.testing.v1 import AppTest
 
 from lib import ui
-from lib.config import Settings
 from lib.itemsize import ITEM_LIMIT_BYTES
-from tests.fake_anthropic import Behaviour, FakeAnthropic
-
-APP = str(Path(__file__).resolve().parents[1] / "app.py")
-DEV = "dev@localhost"
-
-
-@pytest.fixture
-def app_env(monkeypatch, server):
-    monkeypatch.setenv("CHAT_TABLE", f"app-{uuid.uuid4().hex[:10]}")
-    monkeypatch.setenv("CHAT_DATA_DIR", ":memory:")
-    monkeypatch.setenv("CHAT_DEMO_DELAY", "0")
-
-
-def services():
-    """The same cached services the app uses (the meter counts every request it makes)."""
-    return ui._services(Settings.load())
-
-
-def new_browser(**query) -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=30)
-    at.query_params.update(query)
-    return at.run()
-
-
-def sidebar_rows(at):
-    return [b for b in at.sidebar.button if b.key and b.key.startswith("open-")]
-
-
-def sidebar_titles(at):
-    """Sidebar labels are '<title> :gray[· <relative time>]'."""
-    return [b.label.split(" :gray[")[0].replace("\\", "") for b in sidebar_rows(at)]
-
-
-def requests_made(fn):
-    meter = services().database.meter
-    before = len(meter.records())
-    fn()
-    return meter.records()[before:]
-
-
-def button(at, label):
-    """The one button with this label, in the sidebar or the main pane."""
-    (found,) = [b for b in at.button if b.label == label]
-    return found
-
-
-def send(at, text):
-    at.chat_input[0].set_value(text).run()
-    assert not at.exception, at.exception
-    return at
-
+from tests.fake_anthropic import Behaviour
+from tests.pages import APP, DEV, button, new_browser, requests_made, send, services, sidebar_rows, sidebar_titles
 
 @pytest.mark.usefixtures("app_env")
 class TestChatFlow:
@@ -153,16 +100,6 @@ class TestChatFlow:
         assert not at.exception
         view = services().store.open_session(DEV, session.session_id)
         assert len(view.messages) == 1 and view.messages[0].status == "done"
-
-
-@pytest.fixture
-def fake_model(monkeypatch):
-    fake = FakeAnthropic()
-    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test")
-    monkeypatch.setenv("CHAT_ANTHROPIC_BASE_URL", fake.url)
-    monkeypatch.setenv("CHAT_MODEL_MAX_RETRIES", "0")
-    yield fake
-    fake.close()
 
 
 @pytest.mark.usefixtures("app_env")

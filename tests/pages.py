@@ -1,0 +1,49 @@
+"""Helpers for driving the pages with Streamlit's AppTest."""
+from pathlib import Path
+
+from streamlit.testing.v1 import AppTest
+
+from lib import ui
+from lib.config import Settings
+
+APP = str(Path(__file__).resolve().parents[1] / "app.py")
+DEV = "dev@localhost"
+
+
+def services():
+    """The same cached services the app uses (the meter counts every request it makes)."""
+    return ui._services(Settings.load())
+
+
+def new_browser(**query) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=30)
+    at.query_params.update(query)
+    return at.run()
+
+
+def sidebar_rows(at):
+    return [b for b in at.sidebar.button if b.key and b.key.startswith("open-")]
+
+
+def sidebar_titles(at):
+    """Sidebar labels are '<title> :gray[· <relative time>]'."""
+    return [b.label.split(" :gray[")[0].replace("\\", "") for b in sidebar_rows(at)]
+
+
+def requests_made(fn):
+    meter = services().database.meter
+    before = len(meter.records())
+    fn()
+    return meter.records()[before:]
+
+
+def button(at, label):
+    """The one button with this label, in the sidebar or the main pane."""
+    (found,) = [b for b in at.button if b.label == label]
+    return found
+
+
+def send(at, text):
+    at.chat_input[0].set_value(text).run()
+    assert not at.exception, at.exception
+    return at

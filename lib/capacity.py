@@ -16,6 +16,8 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Mapping
 
+from boto3.dynamodb.types import TypeSerializer
+
 from lib import keys
 from lib.itemsize import item_size, value_size
 
@@ -42,20 +44,36 @@ def read_units(size: int, *, consistent: bool) -> float:
     return float(units) if consistent else units / 2
 
 
+_TYPES = {"S", "N", "B", "SS", "NS", "BS", "M", "L", "NULL", "BOOL"}
+_serializer = TypeSerializer()
+
+
+def _wire(item: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The item in wire format: a boto3 resource's client has already turned it into plain Python values."""
+    if all(isinstance(v, Mapping) and len(v) == 1 and next(iter(v)) in _TYPES for v in item.values()):
+        return item
+    return {k: _serializer.serialize(v) for k, v in item.items()}
+
+
+def _size(item: Mapping[str, Any] | None) -> int:
+    return item_size(_wire(item)) if item else 0
+
+
 def _key_and_values_size(params: Mapping[str, Any]) -> int:
     """A lower bound of an item's size from an Update/Delete request: its key plus the values written."""
     values = (params.get("ExpressionAttributeValues") or {}).values()
     names = (params.get("ExpressionAttributeNames") or {}).values()
-    return item_size(params["Key"]) + sum(value_size(v) for v in values) + sum(len(n.encode()) for n in names)
+    values = _wire(dict(enumerate(values))).values() if values else values
+    return _size(params["Key"]) + sum(value_size(v) for v in values) + sum(len(n.encode()) for n in names)
 
 
 def _transact_action_size(action: Mapping[str, Any]) -> int:
     (kind, body), = action.items()
     if kind == "Put":
-        return item_size(body["Item"])
+        return _size(body["Item"])
     if kind == "Update":
         return _key_and_values_size(body)
-    return item_size(body["Key"])  # Delete, ConditionCheck
+    return _size(body["Key"])  # Delete, ConditionCheck
 
 
 def modeled_units(operation: str, params: Mapping[str, Any], parsed: Mapping[str, Any]) -> tuple[str, float]:
@@ -69,26 +87,25 @@ def modeled_units(operation: str, params: Mapping[str, Any], parsed: Mapping[str
     consistent = bool(params.get("ConsistentRead"))
     if operation in ("Query", "Scan"):
         # A Query sums the sizes of all items evaluated, then rounds once.
-        return "read", read_units(sum(item_size(i) for i in parsed.get("Items", [])), consistent=consistent)
+        return "read", read_units(sum(_size(i) for i in parsed.get("Items", [])), consistent=consistent)
     if operation == "GetItem":
-        return "read", read_units(item_size(parsed.get("Item", {})), consistent=consistent)
+        return "read", read_units(_size(parsed.get("Item")), consistent=consistent)
     if operation == "BatchGetItem":
         units = 0.0
         for table, items in parsed.get("Responses", {}).items():
             strong = bool(params["RequestItems"][table].get("ConsistentRead"))
-            units += sum(read_units(item_size(i), consistent=strong) for i in items)
+            units += sum(read_units(_size(i), consistent=strong) for i in items)
         return "read", units
     if operation == "TransactGetItems":
-        return "read", sum(2 * read_units(item_size(r.get("Item", {})), consistent=True) for r in parsed.get("Responses", []))
+        return "read", sum(2 * read_units(_size(r.get("Item")), consistent=True) for r in parsed.get("Responses", []))
     if operation == "PutItem":
-        before = item_size(parsed.get("Attributes", {}))
-        return "write", write_units(max(before, item_size(params["Item"])))
+        return "write", write_units(max(_size(parsed.get("Attributes")), _size(params["Item"])))
     if operation == "UpdateItem":
         image = parsed.get("Attributes")
-        return "write", write_units(item_size(image) if image else _key_and_values_size(params))
+        return "write", write_units(_size(image) if image else _key_and_values_size(params))
     if operation == "DeleteItem":
         image = parsed.get("Attributes")
-        return "write", write_units(item_size(image) if image else item_size(params["Key"]))
+        return "write", write_units(_size(image) if image else _size(params["Key"]))
     if operation == "TransactWriteItems":
         # Each item rounded up on its own, then doubled.
         return "write", sum(2 * write_units(_transact_action_size(a)) for a in params["TransactItems"])
@@ -97,9 +114,9 @@ def modeled_units(operation: str, params: Mapping[str, Any], parsed: Mapping[str
         for requests in params["RequestItems"].values():
             for request in requests:
                 if "PutRequest" in request:
-                    units += write_units(item_size(request["PutRequest"]["Item"]))
+                    units += write_units(_size(request["PutRequest"]["Item"]))
                 else:
-                    units += write_units(item_size(request["DeleteRequest"]["Key"]))
+                    units += write_units(_size(request["DeleteRequest"]["Key"]))
         return "write", units
     return "other", 0.0
 
@@ -149,7 +166,11 @@ class Meter:
         self._listeners: list[Callable[[Usage], None]] = []
 
     def install(self, client: Any) -> Any:
-        """Hook this meter into a boto3 DynamoDB client's events; returns the client."""
+        """Hook this meter into a boto3 DynamoDB client's events; returns the client.
+
+        Installed last, it sees parameters in DynamoDB's wire format even on a boto3
+        resource's client, whose own handlers convert plain Python values first.
+        """
         events = client.meta.events
         events.register("provide-client-params.dynamodb", self._ask_for_capacity)
         events.register("before-parameter-build.dynamodb", self._remember_params)

@@ -12,6 +12,9 @@ Three measured defects of moto 5.2.x are fixed here, for this server only:
    twice (old and new value), so an answer written into a large item fails at
    about half the real limit: the check uses DynamoDB's 400 KB (409,600 bytes),
    counting the replaced attribute once.
+5. Every Query sorts the whole table and scans it for the partition, so a sidebar
+   or a session gets slower as anyone's history grows: each partition keeps its
+   sort keys in order, and a Query bisects to its start and reads one page.
 
 Persistence: after each successful write the final images of the items it touched
 are appended, as one JSON line per request, to `journal.jsonl` before the response
@@ -21,6 +24,7 @@ OS crash can lose the last moments, a killed process loses nothing).
 """
 from __future__ import annotations
 
+import bisect
 import copy
 import fcntl
 import io
@@ -28,6 +32,7 @@ import json
 import os
 import re
 import threading
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -36,6 +41,7 @@ from lib.itemsize import ITEM_LIMIT_BYTES
 from werkzeug.serving import WSGIRequestHandler, make_server
 
 ACCOUNT_ID = "123456789012"  # moto's default account
+RESULT_SIZE_LIMIT = 1_000_000  # a Query page stops at 1 MB, as moto's own does
 _WRITE_OPERATIONS = {"PutItem", "UpdateItem", "DeleteItem", "TransactWriteItems", "BatchWriteItem"}
 _REGION_RE = re.compile(r"Credential=[^/]+/\d+/([^/]+)/")
 
@@ -118,8 +124,96 @@ def _patch_moto() -> None:
 
         dynamo_type.LimitedSizeDict.__setitem__ = __setitem__
         models.copy = _CopyWithoutTables
+        _index_partitions(Table)
         models.DynamoDBBackend.transact_write_items = transact_write_items
         _patched = True
+
+
+def _sort_value(key: Any) -> Any:
+    """A sort key's native value, ordered as DynamoDB orders it (strings by code point, numbers by value)."""
+    return Decimal(key.value) if key.type == "N" else key.value
+
+
+class SortedPartition(dict):
+    """One partition's items by sort key, with the keys also kept in order for bisecting (defect 5)."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.key_of = {_sort_value(k): k for k in self}  # native value -> moto's key object
+        self.order = sorted(self.key_of)
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        if key not in self:
+            native = _sort_value(key)
+            bisect.insort(self.order, native)
+            self.key_of[native] = key
+        super().__setitem__(key, value)
+
+    def pop(self, key: Any, *default: Any) -> Any:
+        if key in self:
+            native = _sort_value(key)
+            del self.order[bisect.bisect_left(self.order, native)]
+            del self.key_of[native]
+        return super().pop(key, *default)
+
+    def __delitem__(self, key: Any) -> None:
+        self.pop(key)
+
+    def __reduce__(self) -> Any:
+        return (SortedPartition, (dict(self),))
+
+
+def _index_partitions(table_class: Any) -> None:
+    """New tables keep SortedPartitions; their plain-table Queries read one page instead of the whole table."""
+    from collections import defaultdict
+
+    from moto.dynamodb.models.dynamo_type import DynamoType
+
+    original_init, original_query = table_class.__init__, table_class.query
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        original_init(self, *args, **kwargs)
+        if self.range_key_attr and self.range_key_type in ("S", "N"):
+            self.items = defaultdict(SortedPartition)
+
+    def query(self: Any, hash_key: Any, range_comparison: Any, range_objs: list, limit: int,
+              exclusive_start_key: dict | None, scan_index_forward: bool, projection_expressions: Any,
+              index_name: str | None = None, consistent_read: bool = False, filter_expression: Any = None,
+              hash_key_conditions: Any = None, range_key_conditions: Any = None, **filter_kwargs: Any) -> Any:
+        partition = self.items.get(hash_key) if hash_key is not None else None
+        if index_name or filter_kwargs or (range_key_conditions and len(range_key_conditions) > 1) \
+                or not isinstance(partition, SortedPartition):
+            return original_query(self, hash_key, range_comparison, range_objs, limit, exclusive_start_key,
+                                  scan_index_forward, projection_expressions, index_name, consistent_read,
+                                  filter_expression, hash_key_conditions, range_key_conditions, **filter_kwargs)
+        order = partition.order
+        if exclusive_start_key is not None:
+            start = _sort_value(DynamoType(exclusive_start_key[self.range_key_attr]))
+            position = bisect.bisect_right(order, start) if scan_index_forward else bisect.bisect_left(order, start) - 1
+        else:
+            position = 0 if scan_index_forward else len(order) - 1
+        step = 1 if scan_index_forward else -1
+        results, size, scanned, last_key = [], 0, 0, None
+        while 0 <= position < len(order):
+            item = partition[partition.key_of[order[position]]]
+            if len(results) == limit or size + item.size() > RESULT_SIZE_LIMIT:
+                last_key = self._get_last_evaluated_key(results[-1], None)
+                break
+            position += step
+            if range_comparison and not item.range_key.compare(range_comparison, range_objs):
+                continue
+            results.append(item)
+            size += item.size()
+            scanned += 1
+        results = copy.deepcopy(results)
+        if filter_expression is not None:
+            results = [item for item in results if filter_expression.expr(item)]
+        if projection_expressions:
+            results = [r.project(projection_expressions) for r in results]
+        return results, scanned, last_key
+
+    table_class.__init__ = __init__
+    table_class.query = query
 
 
 class Journal:

@@ -134,3 +134,44 @@ class TestOneOwner:
             with pytest.raises(StoreUnavailable, match="in use by another process"):
                 Journal(tmp_path)
         Journal(tmp_path).close()  # free again once the other one is gone
+
+
+class TestQueryByPartition:
+    """The embedded server's Query reads one partition page; it must answer exactly as moto's own."""
+
+    @pytest.fixture
+    def filled(self, client, table):
+        for i in range(60):
+            put(client, table, "USER#a", f"SES#2026-11-{i % 28 + 1:02d}T00:00:00.000Z#{i:026d}", title=f"t{i}")
+        for i in range(30):
+            put(client, table, "USER#a#SES#1", f"MSG#{i:026d}", body="x" * i)
+        put(client, table, "USER#a#SES#1", "SES#META", title="meta")
+        put(client, table, "USER#b", "SES#2026-11-01T00:00:00.000Z#" + "9" * 26, title="other user")
+        return table
+
+    @pytest.mark.parametrize("pk, condition, forward, limit", [
+        ("USER#a", "begins_with", False, 20), ("USER#a", "begins_with", True, 7), ("USER#a#SES#1", None, False, 21),
+        ("USER#a#SES#1", None, True, 5), ("USER#a#SES#1", "begins_with_msg", False, 20), ("USER#none", None, False, 20)])
+    def test_every_page_matches_a_full_sort_of_the_partition(self, client, filled, pk, condition, forward, limit):
+        values = {":pk": {"S": pk}}
+        expression = "pk = :pk"
+        if condition:
+            expression += " AND begins_with(sk, :p)"
+            values[":p"] = {"S": "MSG#" if condition == "begins_with_msg" else "SES#"}
+        everything = client.scan(TableName=filled)["Items"]
+        expected = sorted((i for i in everything if i["pk"]["S"] == pk and
+                           (not condition or i["sk"]["S"].startswith(values[":p"]["S"]))),
+                          key=lambda i: i["sk"]["S"], reverse=not forward)
+        pages, start = [], None
+        while True:
+            params = dict(TableName=filled, KeyConditionExpression=expression, ExpressionAttributeValues=values,
+                          ScanIndexForward=forward, Limit=limit)
+            if start:
+                params["ExclusiveStartKey"] = start
+            response = client.query(**params)
+            pages.append(response["Items"])
+            start = response.get("LastEvaluatedKey")
+            if not start:
+                break
+        assert [i["sk"]["S"] for page in pages for i in page] == [i["sk"]["S"] for i in expected]
+        assert all(len(page) <= limit for page in pages)

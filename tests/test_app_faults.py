@@ -51,3 +51,42 @@ class TestModelFaults:
         assert [(m.status, m.output_body) for m in stored()] == [("failed", "Every token arrived.")]
         button(at, "Retry").click().run()
         assert not at.exception and stored()[0].status == "done"
+
+
+KILLED = """
+import os
+from lib.config import Settings
+from lib.services import build_services
+from lib.turns import begin_turn
+services = build_services(Settings.load(env={{"CHAT_DATA_DIR": {folder!r}, "CHAT_TABLE": {table!r}}}, secrets={{}}))
+turn = begin_turn(services.store, services.model, "dev@localhost", None, "did my question survive?", [],
+                  system_prompt_id="default-v1", budget_tokens=1000)
+chunks = iter(turn)
+next(chunks)  # the answer has started streaming...
+print(turn.session.session_id, flush=True)
+os._exit(9)  # ...and the process is killed: no finish, no fail, no atexit
+"""
+
+
+class TestProcessDeath:
+    def test_a_process_killed_mid_answer_leaves_an_interrupted_turn_that_retry_completes(self, tmp_path,
+                                                                                      monkeypatch):
+        import subprocess
+        import sys
+        import textwrap
+        from pathlib import Path
+
+        folder, table = str(tmp_path / "data"), "killed-chat"
+        run = subprocess.run([sys.executable, "-c", textwrap.dedent(KILLED.format(folder=folder, table=table))],
+                             cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=120)
+        assert run.returncode == 9, run.stderr
+        session_id = run.stdout.split()[0]
+        monkeypatch.setenv("CHAT_DATA_DIR", folder)
+        monkeypatch.setenv("CHAT_TABLE", table)
+        monkeypatch.setenv("CHAT_PENDING_TIMEOUT_S", "0")
+        at = new_browser(session=session_id)
+        assert at.chat_message[0].markdown[0].value == "did my question survive?"
+        assert "Interrupted" in at.warning[0].value
+        button(at, "Retry").click().run()
+        (message,) = services().store.open_session(DEV, session_id).messages
+        assert message.status == "done" and "demo model" in message.output_body

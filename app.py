@@ -213,6 +213,17 @@ else:
         for column, suggestion in zip(st.columns(len(SUGGESTIONS)), SUGGESTIONS):
             if column.button(suggestion, width="stretch"):
                 suggested = suggestion
+        if svc.database.local and not view.sidebar:
+            st.divider()
+            st.caption("A fresh local install. For a demo, fill it with three weeks of chats by five colleagues "
+                       "(you among them); the usage & cost page then has something to show.")
+            if st.button("Load demo history", icon=":material/auto_awesome:"):
+                from lib.seed import seed_demo
+
+                with st.spinner("Writing three weeks of demo chats through the real store…"):
+                    seed_demo(svc)
+                view.sidebar = None  # read the new sidebar on the rerun
+                st.rerun()
 
 question = st.chat_input("Ask anything…") or suggested
 if question:

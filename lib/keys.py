@@ -12,6 +12,7 @@ authenticated identity, so one user's request cannot name another user's item.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import datetime as _dt
 import re
 from typing import Callable, Iterator
@@ -44,23 +45,28 @@ def parse_time(text: str) -> _dt.datetime:
     return _dt.datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=_dt.timezone.utc)
 
 
-_clock: Callable[[], _dt.datetime] = lambda: _dt.datetime.now(_dt.timezone.utc)
+def _utcnow() -> _dt.datetime:
+    return _dt.datetime.now(_dt.timezone.utc)
+
+
+# A context variable, not a global: a thread writing demo history in the past never moves
+# anyone else's clock (Streamlit runs each browser session's script in its own thread).
+_clock: contextvars.ContextVar[Callable[[], _dt.datetime]] = contextvars.ContextVar("clock", default=_utcnow)
 
 
 def now() -> str:
     """The current time in key format."""
-    return format_time(_clock())
+    return format_time(_clock.get()())
 
 
 @contextlib.contextmanager
 def clock(moment: Callable[[], _dt.datetime]) -> Iterator[None]:
-    """Run the block with another clock: for writing history in the past (seed-demo) and for tests."""
-    global _clock
-    previous, _clock = _clock, moment
+    """Run the block (in this thread) with another clock: for writing history in the past (seed-demo), tests."""
+    token = _clock.set(moment)
     try:
         yield
     finally:
-        _clock = previous
+        _clock.reset(token)
 
 
 def later_than(previous: str) -> str:

@@ -69,6 +69,7 @@ class Message:
     error: str | None = None
     output_truncated: bool = False
     feedback: int | None = None  # 1 thumbs up, 0 thumbs down
+    attempt_time: str | None = None  # when Retry last restarted the turn
     size: int = field(default=0, compare=False)  # the stored item's size in bytes
 
     @classmethod
@@ -92,15 +93,17 @@ class Message:
             error=item.get("error"),
             output_truncated=bool(item.get("output_truncated", False)),
             feedback=int(item["feedback"]) if "feedback" in item else None,
+            attempt_time=item.get("attempt_time"),
             size=size,
         )
 
     def is_stale(self, timeout_s: float, at: _dt.datetime | None = None) -> bool:
-        """A pending turn older than the timeout: the process that owned it is gone."""
+        """A pending turn whose last attempt is older than the timeout: the process answering it is gone."""
         if self.status != PENDING:
             return False
-        at = at or _dt.datetime.now(_dt.timezone.utc)
-        return (at - keys.parse_time(self.create_time)).total_seconds() > timeout_s
+        at = at or keys.parse_time(keys.now())
+        started = max(self.create_time, self.attempt_time or "")  # key times sort as strings
+        return (at - keys.parse_time(started)).total_seconds() > timeout_s
 
     def latency_s(self) -> float | None:
         """Seconds from the question to the end of the answer, if it finished."""

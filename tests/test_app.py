@@ -173,3 +173,13 @@ class TestIdentity:
         at.run()
         send(at, "carol here")
         assert [s.title for s in services().store.list_sessions("carol@example.com").items] == ["Carol here"]
+
+
+@pytest.mark.usefixtures("app_env")
+class TestDemoHistory:
+    def test_a_fresh_local_install_can_load_demo_history_for_the_signed_in_user(self):
+        at = new_browser()
+        button(at, "Load demo history").click().run()
+        assert not at.exception
+        assert len(sidebar_titles(at)) >= 10  # the seed gives the dev user a dozen or more chats
+        assert not [b for b in at.button if b.label == "Load demo history"]

@@ -124,7 +124,7 @@ def ask(question: str) -> None:
             try:  # a short model-written title; the first words of the question stay if this fails
                 title, tokens = model.title(question, turn.text)
                 ledger.record_tokens(me.user_id, model.name, tokens)
-                view.renamed(store.rename_session(me.user_id, view.session, title))
+                view.renamed(store.rename_session(me.user_id, view.session, title, action="title"))
             except ChatError:
                 pass
         st.rerun()

@@ -27,6 +27,7 @@ READ_UNIT_BYTES = 4096
 # A write whose condition failed still consumed capacity, but the service reports none.
 CHARGED_FAILURES = ("ConditionalCheckFailedException", "TransactionCanceledException")
 
+# What a request was for: the cost page's vocabulary ("title" is the rename after a model-written title).
 ACTIONS = ("sidebar", "open", "create", "send", "finish", "fail", "retry", "rename", "feedback", "title", "export", "ledger",
            "other")
 
@@ -179,7 +180,9 @@ class Meter:
 
     @contextlib.contextmanager
     def action(self, name: str, user: str | None = None) -> Iterator[None]:
-        """Label every call made inside the block with `name` (sidebar, send, ...) and the user it serves."""
+        """Label every call made inside the block with `name` (one of ACTIONS) and the user it serves."""
+        if name not in ACTIONS:
+            raise ValueError(f"unknown action {name!r}; add it to lib.capacity.ACTIONS")
         token = self._action.set((name, user))
         try:
             yield

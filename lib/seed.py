@@ -93,7 +93,7 @@ def seed_demo(services: Services, *, days: int = 21, seed: int = 7, end: dt.date
                             if saved.status == "done":
                                 title, tokens = model.title(question, saved.output_body)
                                 ledger.record_tokens(user, model.name, tokens)
-                                session = store.rename_session(user, session, title)
+                                session = store.rename_session(user, session, title, action="title")
                         moment[0] += dt.timedelta(seconds=rng.randrange(40, 240))  # reading, typing
                         if turn_number and rng.random() < 0.3:
                             store.open_session(user, session.session_id)  # came back from another chat

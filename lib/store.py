@@ -316,12 +316,15 @@ class ChatStore:
         attributes = response["Attributes"]
         return Message.from_item(from_item(attributes), size=item_size(attributes))
 
-    def rename_session(self, user_id: str, session: Session, title: str) -> Session:
-        """Set the title on the meta and the list item in one transaction of 2 Updates."""
+    def rename_session(self, user_id: str, session: Session, title: str, *, action: str = "rename") -> Session:
+        """Set the title on the meta and the list item in one transaction of 2 Updates.
+
+        `action` labels the requests for the meter: "title" when the model wrote the title.
+        """
         title = self._valid_title(title)
         for attempt in range(MAX_RACE_RETRIES + 1):
             try:
-                with self._action("rename", user_id):
+                with self._action(action, user_id):
                     self._call("transact_write_items", TransactItems=[
                         {"Update": {  # the meta, only if the sidebar row we name below is still current
                             "TableName": self._table,
@@ -344,7 +347,7 @@ class ChatStore:
                     raise
                 if attempt == MAX_RACE_RETRIES:
                     raise SessionChanged("This chat kept changing in another tab; reload and rename again.") from exc
-                with self._action("rename", user_id):
+                with self._action(action, user_id):
                     session = self.get_session(user_id, session.session_id)
         raise AssertionError("unreachable")
 

@@ -57,7 +57,7 @@ class TestAdmin:
         users_table = [d for d in at.dataframe if "total $" in d.value.columns]
         assert set(users_table[0].value["user"]) == {DEV, *COLLEAGUES}
         actions = [d for d in at.dataframe if "action" in d.value.columns][0].value
-        assert {"send", "finish", "create", "sidebar", "open", "rename"} <= set(actions["action"])
+        assert {"send", "finish", "create", "sidebar", "open", "title"} <= set(actions["action"])
         assert "1M turns cost" in at.info[0].value and "about $11" in at.info[0].value
         assert "modeled from DynamoDB's published sizing rules" in " ".join(c.value for c in at.caption)
         csv = costs.daily_csv(buckets)

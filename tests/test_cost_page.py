@@ -39,6 +39,14 @@ def metric(at, label):
     return found.value
 
 
+def chart_frame(at, index):
+    """The data a st.bar_chart sent to the browser (an Arrow dataset in its Vega-Lite element)."""
+    import pyarrow as pa
+
+    (dataset,) = at.get("vega_lite_chart")[index].proto.datasets
+    return pa.ipc.open_stream(dataset.data.data).read_all().to_pandas()
+
+
 def last_30_days():
     today = dt.datetime.now(dt.timezone.utc).date()
     return [(today - dt.timedelta(days=i)).isoformat() for i in range(29, -1, -1)]
@@ -60,6 +68,12 @@ class TestAdmin:
         assert {"send", "finish", "create", "sidebar", "open", "title"} <= set(actions["action"])
         assert "1M turns cost" in at.info[0].value and "about $11" in at.info[0].value
         assert "modeled from DynamoDB's published sizing rules" in " ".join(c.value for c in at.caption)
+        # the chart's data, day by day (today's keeps growing with the page's own reads, so up to yesterday)
+        today = keys.day_of(keys.now())
+        chart = chart_frame(at, 0).set_index(["day", "color -- streamlit-generated"])["value -- streamlit-generated"]
+        expected = costs.daily_cost_by_action(buckets, Prices.from_settings(services.settings)).stack()
+        assert {k: round(v, 12) for k, v in chart.items() if k[0] < today} == \
+            {k: round(v, 12) for k, v in expected.items() if k[0] < today} != {}
         csv = costs.daily_csv(buckets)
         assert csv.splitlines()[0].startswith("day,user,")
         assert {line.split(",")[1] for line in csv.splitlines()[1:]} == {DEV, *COLLEAGUES}

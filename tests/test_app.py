@@ -18,6 +18,8 @@ class TestChatFlow:
         assert sidebar_titles(at) == ["How do I store chat history"]  # the model-written title
         view = services().store.open_session(DEV, session_id)
         assert view.messages[0].status == "done" and view.session.title == "How do I store chat history"
+        # export is generated only when clicked (no request on render): two buttons, Markdown and JSON
+        assert [d.proto.label for d in at.get("download_button")] == ["Markdown", "JSON"]
 
     def test_second_message_moves_its_session_to_the_top(self):
         at = send(new_browser(), "first chat")

@@ -47,6 +47,11 @@ class TestAws:
         described = database.client.describe_table(TableName="created-by-admin")["Table"]
         assert described["BillingModeSummary"]["BillingMode"] == "PAY_PER_REQUEST"
         assert described["DeletionProtectionEnabled"] is True
+        ttl = database.client.describe_time_to_live(TableName="created-by-admin")["TimeToLiveDescription"]
+        assert (ttl["TimeToLiveStatus"], ttl["AttributeName"]) == ("ENABLED", "expire_at")
+        backups = database.client.describe_continuous_backups(TableName="created-by-admin")
+        assert backups["ContinuousBackupsDescription"]["PointInTimeRecoveryDescription"][
+            "PointInTimeRecoveryStatus"] == "ENABLED"
         assert "already exists" in admin.create_aws_table(settings)
         database.client.update_table(TableName="created-by-admin", DeletionProtectionEnabled=False)
         database.client.delete_table(TableName="created-by-admin")

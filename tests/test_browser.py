@@ -51,7 +51,7 @@ def page():
 
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
         ARTIFACTS.mkdir(exist_ok=True)
         yield page
         browser.close()
@@ -98,3 +98,21 @@ def test_clicking_away_mid_stream_saves_the_partial_answer_as_stopped(app_url, p
     page.get_by_role("button", name="Retry").click()
     page.get_by_text("out tokens").first.wait_for(timeout=60_000)
     assert page.get_by_text("Stopped before the answer was complete.").count() == 0
+
+
+def test_closing_the_tab_mid_answer_saves_the_partial_answer_as_stopped(app_url, page):
+    ask(page, app_url, "Tell me about DynamoDB keys")
+    page.get_by_text("You asked").first.wait_for(timeout=60_000)  # streaming has started
+    context = page.context
+    page.close()  # the tab goes away mid-answer; Streamlit stops the script, lib.turns saves what arrived
+    reopened = context.new_page()
+    deadline = time.monotonic() + 60
+    while True:
+        reopened.goto(app_url)
+        reopened.locator("[data-testid='stSidebar']").get_by_role("button", name="Tell me about DynamoDB keys").click()
+        reopened.get_by_text("You asked").first.wait_for(timeout=60_000)
+        if reopened.get_by_text("Stopped before the answer was complete.").count():
+            break
+        assert time.monotonic() < deadline, "the turn was never saved as stopped"
+        time.sleep(1)
+    assert reopened.get_by_text("out tokens").count() == 0  # not finished: the partial answer, marked stopped

@@ -1,4 +1,4 @@
-"""Before/after figures for the embedded server's fixes to moto (see lib/local_dynamo.py).
+"""Before/after figures for the embedded server's fixes to moto (lib/local_dynamo.py, lib/moto_patches.py).
 
     python bench/moto_fixes.py
 

@@ -15,7 +15,7 @@ import time
 from common import fresh_store, print_table
 
 from lib import keys
-from lib.local_dynamo import _backend
+from lib.local_dynamo import moto_backend
 from lib.records import Session
 from lib.store import to_item
 
@@ -25,7 +25,7 @@ ANSWER = "a" * 900  # about 1 KB per finished turn
 
 def put_raw(table: str, items: list[dict]) -> None:
     """Bulk fill straight into the embedded backend (seconds instead of minutes over HTTP)."""
-    backend = _backend("us-east-1")
+    backend = moto_backend("us-east-1")
     for item in items:
         backend.put_item(table, to_item(item))
 

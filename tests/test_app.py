@@ -37,7 +37,7 @@ class TestChatFlow:
         assert requests_made(lambda: at.run()) == []
 
     def test_a_new_browser_session_reads_sidebar_and_session_once_each(self):
-        at = send(new_browser(), "hello")
+        send(new_browser(), "hello")
         session_id = services().store.list_sessions(DEV).items[0].session_id
         records = requests_made(lambda: new_browser(session=session_id))
         assert [(r.operation, r.action) for r in records] == [("Query", "sidebar"), ("Query", "open")]

@@ -1,7 +1,6 @@
 """A turn end to end through the store: commit first, stream, then exactly one finish or fail."""
 import pytest
 
-from lib import keys
 from lib.errors import ModelError, StoreUnavailable
 from lib.export import to_json, to_markdown
 from lib.models import DemoModel, Reply, Usage

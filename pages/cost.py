@@ -71,6 +71,8 @@ with ui.errors_shown():
     if projection is not None:
         model_part = ("the model's price unknown" if projection.model_per_m_turns is None
                       else f"${projection.model_per_m_turns:,.2f} model")
+        if demo_as_claude and head.turns:
+            model_part += f" (${demo_as_claude / head.turns * 1e6:,.0f} if the demo's tokens were {settings.model}'s)"
         st.info(f"**At this mix, 1M turns cost ${projection.dynamodb_per_m_turns:,.2f} DynamoDB + {model_part}.** "
                 f"The design's reference: about ${costs.DESIGN_DYNAMODB_PER_M_TURNS:,.0f} DynamoDB per 1M turns "
                 "(4 KB answers, 20-turn opens, 2 sidebar loads per turn).", icon=":material/trending_up:")

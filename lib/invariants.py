@@ -16,7 +16,7 @@ from typing import Any
 
 from lib import keys
 from lib.records import Message, Session
-from lib.store import from_item, to_item
+from lib.store import from_item, query_all, to_item
 
 
 @dataclass
@@ -33,13 +33,7 @@ class Report:
 
 
 def _query_all(client: Any, table: str, **params: Any) -> list[dict]:
-    items: list[dict] = []
-    while True:
-        response = client.query(TableName=table, ConsistentRead=True, **params)
-        items += [from_item(i) for i in response.get("Items", [])]
-        if "LastEvaluatedKey" not in response:
-            return items
-        params["ExclusiveStartKey"] = response["LastEvaluatedKey"]
+    return [from_item(i) for i in query_all(client.query, TableName=table, ConsistentRead=True, **params)]
 
 
 def check_user(client: Any, table: str, user_id: str, *, pending_timeout_s: float = 300,

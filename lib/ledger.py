@@ -23,16 +23,13 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Iterable
 
-from boto3.dynamodb.types import TypeDeserializer
-
 from lib import keys
 from lib.capacity import Meter, Usage
 from lib.models import Usage as TokenUsage
 from lib.records import DONE, Message
-from lib.store import to_item
+from lib.store import from_item, query_all, to_item
 
 SYSTEM_USER = "(system)"  # operator commands carry no user
-_de = TypeDeserializer()
 
 
 @dataclass(frozen=True)
@@ -167,7 +164,7 @@ class Ledger:
         with self._meter.action("ledger", reader or user):
             items = self._read_user(days, user) if user is not None else self._read_all(days)
         for item in items:
-            plain = {k: _de.deserialize(v) for k, v in item.items()}
+            plain = from_item(item)
             day = plain.pop("pk").removeprefix(keys.USAGE_PREFIX)
             owner = plain.pop("sk").removeprefix(keys.USER_PREFIX)
             for name, value in plain.items():
@@ -182,14 +179,8 @@ class Ledger:
     def _read_all(self, days: list[str]) -> list[dict]:
         items: list[dict] = []
         for day in days:
-            params: dict[str, Any] = dict(TableName=self._table, KeyConditionExpression="pk = :pk",
-                                          ExpressionAttributeValues=to_item({":pk": keys.USAGE_PREFIX + day}))
-            while True:
-                response = self._client.query(**params)
-                items += response.get("Items", [])
-                if "LastEvaluatedKey" not in response:
-                    break
-                params["ExclusiveStartKey"] = response["LastEvaluatedKey"]
+            items += query_all(self._client.query, TableName=self._table, KeyConditionExpression="pk = :pk",
+                               ExpressionAttributeValues=to_item({":pk": keys.USAGE_PREFIX + day}))
         return items
 
     def _read_user(self, days: list[str], user: str) -> list[dict]:

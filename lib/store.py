@@ -9,6 +9,7 @@ Request budget per action (an extra request is a defect):
 from __future__ import annotations
 
 import contextlib
+import functools
 from dataclasses import replace
 from typing import Any, Callable, Iterator
 
@@ -60,6 +61,17 @@ def to_item(values: dict[str, Any]) -> dict[str, dict]:
 
 def from_item(item: dict[str, dict]) -> dict[str, Any]:
     return {k: _de.deserialize(v) for k, v in item.items()}
+
+
+def query_all(query: Callable[..., dict], **params: Any) -> list[dict]:
+    """Every item a Query matches, following LastEvaluatedKey (one request per 1 MB page), in wire format."""
+    items: list[dict] = []
+    while True:
+        response = query(**params)
+        items += response.get("Items", [])
+        if "LastEvaluatedKey" not in response:
+            return items
+        params["ExclusiveStartKey"] = response["LastEvaluatedKey"]
 
 
 def default_title(question: str) -> str:
@@ -452,11 +464,6 @@ class ChatStore:
             ExpressionAttributeValues=to_item({":pk": pk, ":prefix": keys.MESSAGE_PREFIX}),
             ConsistentRead=True,
         )
-        messages: list[Message] = []
         with self._action("export", user_id):
-            while True:
-                response = self._call("query", **params)
-                messages += [Message.from_item(from_item(i), size=item_size(i)) for i in response.get("Items", [])]
-                if "LastEvaluatedKey" not in response:
-                    return messages
-                params["ExclusiveStartKey"] = response["LastEvaluatedKey"]
+            items = query_all(functools.partial(self._call, "query"), **params)
+        return [Message.from_item(from_item(i), size=item_size(i)) for i in items]

@@ -183,7 +183,6 @@ class LocalDynamo:
         self._server: Any = None
         self._thread: threading.Thread | None = None
         self._journal: Journal | None = None
-        self.restored_items = 0
 
     @property
     def endpoint_url(self) -> str:
@@ -214,7 +213,6 @@ class LocalDynamo:
         for (table_name, _), item in state.items():
             backend.put_item(table_name, item)
         self._journal.compact(state)
-        self.restored_items = len(state)
         return len(state)
 
     def stop(self) -> None:

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import datetime as _dt
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from lib import keys
@@ -110,9 +110,6 @@ class Message:
         if not self.response_end_time:
             return None
         return (keys.parse_time(self.response_end_time) - keys.parse_time(self.create_time)).total_seconds()
-
-    def with_(self, **changes: Any) -> "Message":
-        return replace(self, **changes)
 
 
 @dataclass(frozen=True)

@@ -25,10 +25,11 @@ def free_port() -> int:
 
 
 @pytest.fixture
-def app_url(tmp_path):
+def app_url(tmp_path, request):
+    """The app on a free port; `request.param`, if given, is the demo model's delay between chunks."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CHAT_", "ANTHROPIC_"))}
-    env.update(CHAT_DATA_DIR=str(tmp_path / "data"), CHAT_DEMO_DELAY="0.03")
+    env.update(CHAT_DATA_DIR=str(tmp_path / "data"), CHAT_DEMO_DELAY=str(getattr(request, "param", 0.03)))
     log = (tmp_path / "streamlit.log").open("w")
     process = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port),
                                 "--server.address", "127.0.0.1", "--server.headless", "true"],
@@ -85,6 +86,8 @@ def test_ask_see_the_streamed_answer_reload_and_find_the_session(app_url, page):
     page.locator("[data-testid='stChatMessage']").filter(has_text="Start from the queries").first.wait_for(timeout=60_000)
 
 
+# A slow answer (about 20 s), so the interruption lands mid-stream even on a loaded machine.
+@pytest.mark.parametrize("app_url", [0.2], indirect=True)
 def test_clicking_away_mid_stream_saves_the_partial_answer_as_stopped(app_url, page):
     ask(page, app_url, "Tell me about DynamoDB keys")
     page.get_by_text("You asked").first.wait_for(timeout=60_000)  # streaming has started
@@ -96,10 +99,12 @@ def test_clicking_away_mid_stream_saves_the_partial_answer_as_stopped(app_url, p
     page.get_by_text("You asked").first.wait_for()  # the partial answer was kept
     page.screenshot(path=str(ARTIFACTS / "chat-stopped-mid-stream.png"))
     page.get_by_role("button", name="Retry").click()
-    page.get_by_text("out tokens").first.wait_for(timeout=60_000)
+    page.get_by_text("out tokens").first.wait_for(timeout=90_000)
     assert page.get_by_text("Stopped before the answer was complete.").count() == 0
 
 
+# A slow answer (about 20 s), so the interruption lands mid-stream even on a loaded machine.
+@pytest.mark.parametrize("app_url", [0.2], indirect=True)
 def test_closing_the_tab_mid_answer_saves_the_partial_answer_as_stopped(app_url, page):
     ask(page, app_url, "Tell me about DynamoDB keys")
     page.get_by_text("You asked").first.wait_for(timeout=60_000)  # streaming has started

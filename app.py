@@ -1,16 +1,17 @@
 """Team Chat: the chat page (`streamlit run app.py`; pages/cost.py is the usage & cost page).
 
-Thin: state lives in lib.chat_view, DynamoDB in lib.store, the model in lib.models."""
+Thin: state lives in lib.web.chat_view, DynamoDB in lib.storage.store, the model in lib.turn.models."""
 from __future__ import annotations
 
 import streamlit as st
 
-from lib import export, ui
+from lib.web import export
+from lib.web import ui
 from lib.errors import ChatError, ModelError
-from lib.itemsize import ITEM_LIMIT_BYTES
-from lib.records import DONE, FAILED, Message
-from lib.render import plain_label, safe_markdown
-from lib.turns import Turn, begin_turn, retry_turn
+from lib.storage.itemsize import ITEM_LIMIT_BYTES
+from lib.storage.records import DONE, FAILED, Message
+from lib.web.render import plain_label, safe_markdown
+from lib.turn.turns import Turn, begin_turn, retry_turn
 
 st.set_page_config(page_title="Team Chat", page_icon="💬", layout="wide")
 ui.apply_style()
@@ -84,7 +85,7 @@ if notes:
 
 # --- a turn, streamed ----------------------------------------------------------------------------
 def stream_into_page(turn: Turn) -> None:
-    """Stream the answer, then save it once, whatever ended the stream (see lib.turns)."""
+    """Stream the answer, then save it once, whatever ended the stream (see lib.turn.turns)."""
     try:
         st.write_stream(turn)
     except ModelError:
@@ -218,7 +219,7 @@ else:
             st.caption("A fresh local install. For a demo, fill it with three weeks of chats by five colleagues "
                        "(you among them); the usage & cost page then has something to show.")
             if st.button("Load demo history", icon=":material/auto_awesome:"):
-                from lib.seed import seed_demo
+                from lib.ops.seed import seed_demo
 
                 with st.spinner("Writing three weeks of demo chats through the real store…"):
                     seed_demo(svc)

@@ -8,10 +8,10 @@ from typing import Any, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from lib.capacity import Meter  # noqa: E402
-from lib.database import local_client, local_server  # noqa: E402
-from lib.schema import create_table  # noqa: E402
-from lib.store import ChatStore  # noqa: E402
+from lib.usage.capacity import Meter  # noqa: E402
+from lib.storage.database import local_client, local_server  # noqa: E402
+from lib.storage.schema import create_table  # noqa: E402
+from lib.storage.store import ChatStore  # noqa: E402
 
 
 def fresh_store() -> tuple[ChatStore, Meter, Any]:

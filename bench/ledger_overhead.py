@@ -12,9 +12,9 @@ import datetime as dt
 
 from common import fresh_store, print_table
 
-from lib import keys
-from lib.ledger import Ledger
-from lib.pricing import Prices
+from lib.storage import keys
+from lib.usage.ledger import Ledger
+from lib.usage.pricing import Prices
 
 PRICES = Prices(0.625, 0.125, 0.25, {})
 USERS, TURNS = 3, 24
@@ -54,7 +54,7 @@ def run(pace_s: float, flush_s: float) -> dict:
         cost["ledger" if r.action == "ledger" else "turns"] += dollars
     item = client.get_item(TableName=store._table, Key={"pk": {"S": f"USAGE#{keys.day_of(keys.format_time(start))}"},
                                                          "sk": {"S": "USER#user0@example.com"}})["Item"]
-    from lib.itemsize import item_size
+    from lib.storage.itemsize import item_size
 
     ledger_writes = sum(1 for r in records if r.action == "ledger")
     return {"pace": pace_s, "flush": flush_s, "turns": USERS * TURNS, "ledger writes": ledger_writes,

@@ -4,7 +4,7 @@
 
 Each simulated user loops: sidebar -> open -> send -> finish. Every third user is a second tab of the
 previous user, on the same session, so sends race on `last_message_time` and must be serialized by the
-transaction's condition. At the end every user's history is checked with lib.invariants: 0 violations.
+transaction's condition. At the end every user's history is checked with lib.ops.invariants: 0 violations.
 """
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ from collections import defaultdict
 
 from common import fresh_store, print_table
 
-from lib import keys
+from lib.storage import keys
 from lib.errors import MessageNotPending, SessionChanged
-from lib.invariants import check_user
+from lib.ops.invariants import check_user
 
 
 def percentile(values: list[float], q: float) -> float:

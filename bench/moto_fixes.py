@@ -1,9 +1,9 @@
-"""Before/after figures for the embedded server's fixes to moto (lib/local_dynamo.py, lib/moto_patches.py).
+"""Before/after figures for the embedded server's fixes to moto (lib/embedded/server.py, lib/embedded/moto_patches.py).
 
     python bench/moto_fixes.py
 
 Each side runs in its own process: `moto` is moto's stock ThreadedMotoServer,
-`ours` is lib.local_dynamo.LocalDynamo (serialized, touched-item rollback, no
+`ours` is lib.embedded.server.LocalDynamo (serialized, touched-item rollback, no
 instance tracking). Latencies are medians of real HTTP round trips on loopback.
 """
 from __future__ import annotations
@@ -29,10 +29,10 @@ def rss_mb() -> float:
 
 def worker(mode: str) -> dict:
     sys.path.insert(0, str(ROOT))
-    from lib.database import RETRIES
+    from lib.storage.database import RETRIES
     from lib.errors import SessionChanged
-    from lib.schema import create_table
-    from lib.store import ChatStore
+    from lib.storage.schema import create_table
+    from lib.storage.store import ChatStore
     import boto3
 
     if mode == "moto":
@@ -43,7 +43,7 @@ def worker(mode: str) -> dict:
         host, port = server.get_host_and_port()
         endpoint = f"http://{host}:{port}"
     else:
-        from lib.local_dynamo import LocalDynamo
+        from lib.embedded.server import LocalDynamo
 
         endpoint = LocalDynamo(None).start().endpoint_url
     client = boto3.session.Session().client("dynamodb", region_name="us-east-1", endpoint_url=endpoint,

@@ -6,7 +6,7 @@
 One conversation grows turn by turn (a short question, a 2 KB answer) and is opened after each turn.
 LangChain keeps the whole history as a list in one item: each turn reads it for the model's context,
 then `add_messages` reads it again and writes the whole list back. Ours writes the turn's own item.
-Capacity is modeled by DynamoDB's rules (lib/capacity.py); requests are counted by botocore events.
+Capacity is modeled by DynamoDB's rules (lib/usage/capacity.py); requests are counted by botocore events.
 """
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ import boto3
 from botocore.exceptions import ClientError
 from common import fresh_store, print_table
 
-from lib import keys
-from lib.capacity import Meter
-from lib.itemsize import ITEM_LIMIT_BYTES, item_size
+from lib.storage import keys
+from lib.usage.capacity import Meter
+from lib.storage.itemsize import ITEM_LIMIT_BYTES, item_size
 
 QUESTION = "What should we do next about the rollout plan?"
 ANSWER = ("Here is a careful answer that walks through the options, the risks and a recommendation. " * 22)[:2000]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from common import fresh_store, print_table
 
-from lib import keys
+from lib.storage import keys
 
 USER = "bench@example.com"
 
@@ -93,7 +93,7 @@ def app_reruns() -> bool:
 
     from streamlit.testing.v1 import AppTest
 
-    from lib import ui
+    from lib.web import ui
     from lib.config import Settings
 
     os.environ.update(CHAT_TABLE=f"bench-app-{uuid.uuid4().hex[:8]}", CHAT_DATA_DIR=":memory:", CHAT_DEMO_DELAY="0")

@@ -14,10 +14,10 @@ import time
 
 from common import fresh_store, print_table
 
-from lib import keys
-from lib.local_dynamo import moto_backend
-from lib.records import Session
-from lib.store import to_item
+from lib.storage import keys
+from lib.embedded.server import moto_backend
+from lib.storage.records import Session
+from lib.storage.store import to_item
 
 SIZES = (10, 100, 1_000, 10_000)
 ANSWER = "a" * 900  # about 1 KB per finished turn

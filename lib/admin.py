@@ -7,8 +7,8 @@ import sys
 import boto3
 
 from lib.config import Settings
-from lib.database import RETRIES
-from lib.schema import TTL_ATTRIBUTE, create_table, table_exists
+from lib.storage.database import RETRIES
+from lib.storage.schema import TTL_ATTRIBUTE, create_table, table_exists
 
 
 def create_aws_table(settings: Settings) -> str:
@@ -41,8 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "create-table":
         print(create_aws_table(settings))
     elif args.command == "check":
-        from lib.database import open_database
-        from lib.invariants import check_user
+        from lib.storage.database import open_database
+        from lib.ops.invariants import check_user
 
         database = open_database(settings)
         report = check_user(database.client, database.table, args.user, pending_timeout_s=settings.pending_timeout_s)
@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
         if settings.backend == "aws" and not args.allow_aws:
             print("Refusing to write demo data to AWS without --allow-aws.", file=sys.stderr)
             return 2
-        from lib.seed import seed_demo
+        from lib.ops.seed import seed_demo
         from lib.services import build_services
 
         services = build_services(settings)

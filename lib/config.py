@@ -38,7 +38,7 @@ SETTINGS: dict[str, tuple[str, str]] = {
     "CHAT_MAX_TOKENS": ("4096", "Most tokens one answer may have."),
     "CHAT_MODEL_MAX_RETRIES": ("2", "Retries of a model call that failed before its first token (429, 529, network)."),
     "CHAT_CONTEXT_TOKENS": ("24000", "Token budget of earlier turns sent with a question (newest first)."),
-    "CHAT_SYSTEM_PROMPT_ID": ("default-v1", "System prompt of new turns (see `lib/prompts.py`)."),
+    "CHAT_SYSTEM_PROMPT_ID": ("default-v1", "System prompt of new turns (see `lib/turn/prompts.py`)."),
     "CHAT_PENDING_TIMEOUT_S": ("300", "A turn still pending after this many seconds is shown as interrupted."),
     "CHAT_DEMO_DELAY": ("0.02", "Seconds between the demo model's chunks."),
     "CHAT_ADMINS": ("", "Comma-separated user ids (emails) who see everyone's usage on the cost page."),
@@ -48,7 +48,7 @@ SETTINGS: dict[str, tuple[str, str]] = {
     "CHAT_PRICE_RRU_PER_M": ("0.125", "USD per million read request units."),
     "CHAT_PRICE_STORAGE_GB_MONTH": ("0.25", "USD per GB-month of table storage."),
     "CHAT_MODEL_PRICES": ("", "JSON object of model -> [USD per M input tokens, per M output tokens], merged over "
-                              "the built-in list prices (`lib/pricing.py`)."),
+                              "the built-in list prices (`lib/usage/pricing.py`)."),
 }
 
 _SECRET = {"cursor_secret", "proxy_secret", "anthropic_api_key"}

@@ -1,14 +1,14 @@
 """Builds what the pages need from Settings: the database, the store and the model. Pages get it from
-one st.cache_resource factory (`lib.ui.services`), so one process shares one client and one model."""
+one st.cache_resource factory (`lib.web.ui.services`), so one process shares one client and one model."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from lib.config import Settings
-from lib.database import Database, open_database
-from lib.ledger import Ledger
-from lib.models import AnthropicModel, ChatModel, DemoModel
-from lib.store import ChatStore
+from lib.storage.database import Database, open_database
+from lib.usage.ledger import Ledger
+from lib.turn.models import AnthropicModel, ChatModel, DemoModel
+from lib.storage.store import ChatStore
 
 
 @dataclass(frozen=True)

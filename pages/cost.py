@@ -1,12 +1,14 @@
-"""Usage & cost: what DynamoDB and the model cost, per day, user, action and model. Thin over lib.costs."""
+"""Usage & cost: what DynamoDB and the model cost, per day, user, action and model. Thin over lib.usage.costs."""
 from __future__ import annotations
 
 import datetime as dt
 
 import streamlit as st
 
-from lib import costs, keys, ui
-from lib.pricing import Prices
+from lib.usage import costs
+from lib.storage import keys
+from lib.web import ui
+from lib.usage.pricing import Prices
 
 st.set_page_config(page_title="Usage & cost · Team Chat", page_icon="💬", layout="wide")
 ui.apply_style()

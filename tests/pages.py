@@ -3,7 +3,7 @@ from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
 
-from lib import ui
+from lib.web import ui
 from lib.config import Settings
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")

@@ -2,8 +2,8 @@
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from lib import ui
-from lib.itemsize import ITEM_LIMIT_BYTES
+from lib.web import ui
+from lib.storage.itemsize import ITEM_LIMIT_BYTES
 from tests.fake_anthropic import Behaviour
 from tests.pages import APP, DEV, button, new_browser, requests_made, send, services, sidebar_rows, sidebar_titles
 

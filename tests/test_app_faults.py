@@ -57,7 +57,7 @@ KILLED = """
 import os
 from lib.config import Settings
 from lib.services import build_services
-from lib.turns import begin_turn
+from lib.turn.turns import begin_turn
 services = build_services(Settings.load(env={{"CHAT_DATA_DIR": {folder!r}, "CHAT_TABLE": {table!r}}}, secrets={{}}))
 turn = begin_turn(services.store, services.model, "dev@localhost", None, "did my question survive?", [],
                   system_prompt_id="default-v1", budget_tokens=1000)

@@ -3,8 +3,8 @@
 a spoofed identity header without the proxy secret: see test_store, test_app.)"""
 import pytest
 
-from lib.itemsize import ITEM_LIMIT_BYTES
-from lib.store import ANSWER_RESERVE_BYTES
+from lib.storage.itemsize import ITEM_LIMIT_BYTES
+from lib.storage.store import ANSWER_RESERVE_BYTES
 from tests.pages import DEV, new_browser, send, services
 
 pytestmark = pytest.mark.usefixtures("app_env")

@@ -109,7 +109,7 @@ def test_closing_the_tab_mid_answer_saves_the_partial_answer_as_stopped(app_url,
     ask(page, app_url, "Tell me about DynamoDB keys")
     page.get_by_text("You asked").first.wait_for(timeout=60_000)  # streaming has started
     context = page.context
-    page.close()  # the tab goes away mid-answer; Streamlit stops the script, lib.turns saves what arrived
+    page.close()  # the tab goes away mid-answer; Streamlit stops the script, lib.turn.turns saves what arrived
     reopened = context.new_page()
     deadline = time.monotonic() + 60
     while True:

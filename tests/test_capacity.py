@@ -1,9 +1,9 @@
 """The capacity model against CAPACITY.md's test vectors, and the meter on a real table."""
 import pytest
 
-from lib.capacity import modeled_units, read_units, reported_units, write_units
-from lib.itemsize import item_size, number_size
-from lib.store import to_item
+from lib.usage.capacity import modeled_units, read_units, reported_units, write_units
+from lib.storage.itemsize import item_size, number_size
+from lib.storage.store import to_item
 
 USER = "u-1"
 

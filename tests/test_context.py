@@ -1,7 +1,7 @@
 """The context loader alone: newest answered turns within the token budget, nothing silently dropped."""
-from lib.context import build_context
-from lib.models import estimate_tokens
-from lib.records import DONE, FAILED, PENDING, Message
+from lib.turn.context import build_context
+from lib.turn.models import estimate_tokens
+from lib.storage.records import DONE, FAILED, PENDING, Message
 
 
 def turn(i, status=DONE, answer=None, size=40):

@@ -6,10 +6,12 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from lib import costs, keys, ui
+from lib.usage import costs
+from lib.storage import keys
+from lib.web import ui
 from lib.config import Settings
-from lib.pricing import Prices
-from lib.seed import COLLEAGUES, seed_demo
+from lib.usage.pricing import Prices
+from lib.ops.seed import COLLEAGUES, seed_demo
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
 DEV = "dev@localhost"

@@ -3,8 +3,8 @@ Each test checks what survived: nothing the user typed or the model wrote is los
 import pytest
 
 from lib.errors import StoreUnavailable
-from lib.models import DemoModel
-from lib.turns import begin_turn
+from lib.turn.models import DemoModel
+from lib.turn.turns import begin_turn
 from tests.faults import Faults, conflict_reasons
 
 USER = "gus@example.com"

@@ -1,9 +1,9 @@
 """The invariant checker finds each kind of broken record, and passes a healthy history."""
 import datetime as dt
 
-from lib import keys
-from lib.invariants import check_user
-from lib.store import to_item
+from lib.storage import keys
+from lib.ops.invariants import check_user
+from lib.storage.store import to_item
 
 USER = "fay@example.com"
 

@@ -3,8 +3,8 @@ import datetime as dt
 
 import pytest
 
-from lib import keys
-from lib.store import from_item
+from lib.storage import keys
+from lib.storage.store import from_item
 
 USER, SESSION, MESSAGE = "u-123", "01JC3Q8Z4F6M2V9K7T5R1N0B8D", "01JC3QHB2W8X5Y7Z9A1C3E5G7J"
 CREATED, LAST = "2026-11-06T08:30:45.123Z", "2026-11-06T08:35:22.456Z"

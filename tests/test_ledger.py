@@ -8,11 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from lib import costs, keys
-from lib.ledger import Ledger
-from lib.models import DemoModel
-from lib.pricing import Prices
-from lib.turns import begin_turn
+from lib.usage import costs
+from lib.storage import keys
+from lib.usage.ledger import Ledger
+from lib.turn.models import DemoModel
+from lib.usage.pricing import Prices
+from lib.turn.turns import begin_turn
 
 ROOT = Path(__file__).resolve().parents[1]
 USERS = ["ana@example.com", "ben@example.com", "chen@example.com"]
@@ -108,8 +109,8 @@ class TestLedgerTotals:
 WRITER = """
 from lib.config import Settings
 from lib.services import build_services
-from lib.models import DemoModel
-from lib.turns import begin_turn
+from lib.turn.models import DemoModel
+from lib.turn.turns import begin_turn
 services = build_services(Settings.load(env={{"CHAT_DATA_DIR": {folder!r}, "CHAT_DEMO_DELAY": "0"}}, secrets={{}}))
 turn = begin_turn(services.store, services.model, "ana@example.com", None, "hello", [], system_prompt_id="default-v1",
                   budget_tokens=1000, ledger=services.ledger)
@@ -122,7 +123,7 @@ READER = """
 import json
 from lib.config import Settings
 from lib.services import build_services
-from lib import keys
+from lib.storage import keys
 services = build_services(Settings.load(env={{"CHAT_DATA_DIR": {folder!r}}}, secrets={{}}))
 print(json.dumps([b.counters for b in services.ledger.read([keys.day_of(keys.now())], include_unflushed=False)]))
 """
@@ -196,14 +197,14 @@ class TestCostModel:
 
 
 def ledger_bucket(counters, day="2026-11-01", user="ana@example.com"):
-    from lib.ledger import Bucket
+    from lib.usage.ledger import Bucket
     return Bucket(day, user, {k: float(v) for k, v in counters.items()})
 
 
 def costs_bucket(records, message_bytes):
     """The ledger's counters for these meter records and one finished turn, counted by a Ledger (not flushed)."""
-    from lib.capacity import Meter
-    from lib.records import Message
+    from lib.usage.capacity import Meter
+    from lib.storage.records import Message
 
     ledger = Ledger(client=None, table="", meter=Meter(trust_reported=False))
     for record in records:

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from botocore.exceptions import ClientError
 
-from lib.local_dynamo import Journal
-from lib.store import to_item
+from lib.embedded.server import Journal
+from lib.storage.store import to_item
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -86,7 +86,7 @@ class TestJournal:
 
 WRITE = """
 from lib.config import Settings
-from lib.database import open_database
+from lib.storage.database import open_database
 store = open_database(Settings.load(env={{"CHAT_DATA_DIR": {folder!r}}}, secrets={{}})).store()
 session, message = store.create_session("u-1", "survives a restart?", system_prompt_id="p")
 store.finish_message("u-1", message, output_body="yes", input_token=1, output_token=1,
@@ -98,7 +98,7 @@ print(session.session_id)
 READ = """
 import json
 from lib.config import Settings
-from lib.database import open_database
+from lib.storage.database import open_database
 store = open_database(Settings.load(env={{"CHAT_DATA_DIR": {folder!r}}}, secrets={{}})).store()
 view = store.open_session("u-1", {session_id!r})
 print(json.dumps([[m.input_body, m.output_body, m.status] for m in view.messages] +

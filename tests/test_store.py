@@ -3,13 +3,13 @@ import threading
 
 import pytest
 
-from lib import keys
-from lib.invariants import check_user
+from lib.storage import keys
+from lib.ops.invariants import check_user
 from lib.errors import (EmptyMessage, InvalidCursor, InvalidTitle, MessageNotFound, MessageNotPending,
                         MessageTooLarge, SessionChanged, SessionNotFound)
-from lib.itemsize import ITEM_LIMIT_BYTES
-from lib.records import DONE, FAILED, PENDING
-from lib.store import ChatStore, to_item
+from lib.storage.itemsize import ITEM_LIMIT_BYTES
+from lib.storage.records import DONE, FAILED, PENDING
+from lib.storage.store import ChatStore, to_item
 
 A, B = "alice@example.com", "bob@example.com"
 PROMPT = "default-v1"
@@ -319,6 +319,6 @@ class TestRaces:
 
 
 def assert_invariants(client, table, user):
-    """One list item per session at the meta's time and title; message_count = messages (lib.invariants)."""
+    """One list item per session at the meta's time and title; message_count = messages (lib.ops.invariants)."""
     report = check_user(client, table, user)
     assert report.ok, report.violations

@@ -23,11 +23,11 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Iterable
 
-from lib import keys
-from lib.capacity import Meter, Usage
-from lib.models import Usage as TokenUsage
-from lib.records import DONE, Message
-from lib.store import from_item, query_all, to_item
+from lib.storage import keys
+from lib.usage.capacity import Meter, Usage
+from lib.turn.models import Usage as TokenUsage
+from lib.storage.records import DONE, Message
+from lib.storage.store import from_item, query_all, to_item
 
 SYSTEM_USER = "(system)"  # operator commands carry no user
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from lib.errors import SessionNotFound
-from lib.records import Message, Session, SessionSummary
-from lib.store import ChatStore
+from lib.storage.records import Message, Session, SessionSummary
+from lib.storage.store import ChatStore
 
 
 @dataclass

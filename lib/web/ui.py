@@ -7,8 +7,9 @@ from typing import Iterator
 
 import streamlit as st
 
-from lib import identity, keys
-from lib.chat_view import ChatView
+from lib.web import identity
+from lib.storage import keys
+from lib.web.chat_view import ChatView
 from lib.config import Settings
 from lib.errors import ChatError, ConfigError, NotAuthenticated, StoreUnavailable
 from lib.services import Services, build_services

@@ -4,7 +4,7 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from lib.records import DONE, Message, Session
+from lib.storage.records import DONE, Message, Session
 
 
 def to_markdown(session: Session, messages: list[Message]) -> str:

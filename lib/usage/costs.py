@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from lib.ledger import Bucket
-from lib.pricing import Prices
+from lib.usage.ledger import Bucket
+from lib.usage.pricing import Prices
 
 DESIGN_DYNAMODB_PER_M_TURNS = 11.0  # DESIGN.md: about $11 per 1M turns at its assumptions
 

@@ -18,8 +18,8 @@ from typing import Any, Callable, Iterator, Mapping
 
 from boto3.dynamodb.types import TypeSerializer
 
-from lib import keys
-from lib.itemsize import item_size, value_size
+from lib.storage import keys
+from lib.storage.itemsize import item_size, value_size
 
 WRITE_UNIT_BYTES = 1024
 READ_UNIT_BYTES = 4096
@@ -147,7 +147,7 @@ class Usage:
     modeled: float
     source: str  # "service" | "model": which figure `units` is
     ok: bool
-    at: str  # key-format UTC time (lib.keys.now)
+    at: str  # key-format UTC time (lib.storage.keys.now)
     user: str | None = None  # whose action caused the call; None for operator commands
 
     @property
@@ -182,7 +182,7 @@ class Meter:
     def action(self, name: str, user: str | None = None) -> Iterator[None]:
         """Label every call made inside the block with `name` (one of ACTIONS) and the user it serves."""
         if name not in ACTIONS:
-            raise ValueError(f"unknown action {name!r}; add it to lib.capacity.ACTIONS")
+            raise ValueError(f"unknown action {name!r}; add it to lib.usage.capacity.ACTIONS")
         token = self._action.set((name, user))
         try:
             yield

@@ -9,12 +9,12 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, NoRegionError
 
-from lib.capacity import Meter
+from lib.usage.capacity import Meter
 from lib.config import Settings
 from lib.errors import ConfigError, StoreUnavailable
-from lib.local_dynamo import LocalDynamo
-from lib.schema import create_table, table_exists
-from lib.store import ChatStore
+from lib.embedded.server import LocalDynamo
+from lib.storage.schema import create_table, table_exists
+from lib.storage.store import ChatStore
 
 # Throttles and transient errors are retried by botocore before the store sees them.
 RETRIES = Config(retries={"mode": "adaptive", "total_max_attempts": 5}, connect_timeout=5, read_timeout=30)

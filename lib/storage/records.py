@@ -5,7 +5,7 @@ import datetime as _dt
 from dataclasses import dataclass, field
 from typing import Any
 
-from lib import keys
+from lib.storage import keys
 
 PENDING, DONE, FAILED = "pending", "done", "failed"
 

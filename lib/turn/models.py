@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Protocol
 
-from lib import keys
+from lib.storage import keys
 from lib.errors import ModelError
 
 

@@ -1,6 +1,6 @@
 """Fixes to moto 5.2.x's DynamoDB for the embedded server (measured in bench/moto_fixes.py).
 
-Safe only with requests serialized (lib/local_dynamo.py does that):
+Safe only with requests serialized (lib/embedded/server.py does that):
 1. Every transaction deep-copies each table it names (266 ms at 4,000 items) to
    roll back: we snapshot only the items a transaction touches and restore those.
 2. BaseModel keeps every instance ever made (356 MB after 200 transactions on
@@ -21,7 +21,7 @@ import threading
 from decimal import Decimal
 from typing import Any
 
-from lib.itemsize import ITEM_LIMIT_BYTES
+from lib.storage.itemsize import ITEM_LIMIT_BYTES
 
 RESULT_SIZE_LIMIT = 1_000_000  # a Query page stops at 1 MB, as moto's own does
 

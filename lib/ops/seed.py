@@ -9,11 +9,11 @@ import datetime as dt
 import random
 from typing import Iterator
 
-from lib import keys
+from lib.storage import keys
 from lib.errors import ModelError
-from lib.models import DemoModel, Prompt, Reply
+from lib.turn.models import DemoModel, Prompt, Reply
 from lib.services import Services
-from lib.turns import begin_turn
+from lib.turn.turns import begin_turn
 
 COLLEAGUES = ["ana.lima@example.com", "ben.okafor@example.com", "chen.wei@example.com", "dana.kowalski@example.com"]
 QUESTIONS = [

@@ -14,9 +14,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from lib import keys
-from lib.records import Message, Session
-from lib.store import from_item, query_all, to_item
+from lib.storage import keys
+from lib.storage.records import Message, Session
+from lib.storage.store import from_item, query_all, to_item
 
 
 @dataclass

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lib.models import Prompt, estimate_tokens
-from lib.records import DONE, Message
+from lib.turn.models import Prompt, estimate_tokens
+from lib.storage.records import DONE, Message
 
 
 @dataclass(frozen=True)

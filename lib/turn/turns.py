@@ -15,14 +15,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterator
 
-from lib import keys
-from lib.context import Context, build_context
+from lib.storage import keys
+from lib.turn.context import Context, build_context
 from lib.errors import ChatError, MessageNotPending
-from lib.ledger import Ledger
-from lib.models import ChatModel, Reply, Usage
-from lib.prompts import system_prompt
-from lib.records import Message, Session
-from lib.store import ChatStore
+from lib.usage.ledger import Ledger
+from lib.turn.models import ChatModel, Reply, Usage
+from lib.turn.prompts import system_prompt
+from lib.storage.records import Message, Session
+from lib.storage.store import ChatStore
 
 STOPPED = "Stopped before the answer was complete."
 

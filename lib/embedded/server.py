@@ -2,7 +2,7 @@
 
 Every request is serialized by one lock around the WSGI app (stock moto's
 TransactWriteItems checks and applies without one: two tabs sending at once broke
-the invariants in 12-17 of 20 rounds). lib/moto_patches.py fixes the rest of what
+the invariants in 12-17 of 20 rounds). lib/embedded/moto_patches.py fixes the rest of what
 stock moto gets wrong for long-lived use; both are applied by `LocalDynamo.start`.
 
 Persistence: after each successful write the final images of the items it touched
@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterable
 
 from werkzeug.serving import WSGIRequestHandler, make_server
 
-from lib import moto_patches
+from lib.embedded import moto_patches
 from lib.errors import StoreUnavailable
 
 ACCOUNT_ID = "123456789012"  # moto's default account

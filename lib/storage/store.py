@@ -16,9 +16,9 @@ from typing import Any, Callable, Iterator
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 from botocore.exceptions import BotoCoreError, ClientError
 
-from lib import keys
-from lib.capacity import Meter
-from lib.cursor import CursorCodec
+from lib.storage import keys
+from lib.usage.capacity import Meter
+from lib.storage.cursor import CursorCodec
 from lib.errors import (
     ChatError,
     EmptyMessage,
@@ -31,8 +31,8 @@ from lib.errors import (
     SessionNotFound,
     StoreUnavailable,
 )
-from lib.itemsize import ITEM_LIMIT_BYTES, item_size
-from lib.records import DONE, FAILED, PENDING, Message, Page, Session, SessionSummary, SessionView
+from lib.storage.itemsize import ITEM_LIMIT_BYTES, item_size
+from lib.storage.records import DONE, FAILED, PENDING, Message, Page, Session, SessionSummary, SessionView
 
 SIDEBAR_PAGE = 20
 TURNS_PAGE = 20

@@ -1,0 +1,1 @@
+"""Operations: what `python -m lib.admin` runs (invariant checks, demo history, ...)."""

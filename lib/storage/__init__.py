@@ -1,0 +1,1 @@
+"""The chat table: key formats (keys), the values handed out (records), the store and its DynamoDB plumbing."""

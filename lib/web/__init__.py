@@ -1,0 +1,1 @@
+"""Page helpers: the Streamlit glue, the chat page's state, identity, rendering and export of chats."""

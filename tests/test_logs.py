@@ -1,0 +1,36 @@
+"""Structured logs: JSON lines with ids and counts, never chat text or exception messages."""
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+
+from lib import logs
+
+
+class TestEvents:
+    def test_an_event_is_one_json_line_with_its_fields(self, capsys):
+        logs.event("turn.saved", session_id="S1", outcome="done", output_tokens=480)
+        line = json.loads(capsys.readouterr().err.strip().splitlines()[-1])
+        assert (line["event"], line["level"], line["session_id"], line["output_tokens"]) == \
+            ("turn.saved", "info", "S1", 480)
+
+    def test_fields_that_would_carry_chat_text_are_refused(self):
+        with pytest.raises(ValueError, match="answer"):
+            logs.event("turn.saved", answer="the model's words")
+
+    def test_an_error_records_the_exception_class_but_not_its_message(self, capsys):
+        try:
+            raise RuntimeError("my secret question text")
+        except RuntimeError:
+            logs.error("save.failed", session_id="S1")
+        err = capsys.readouterr().err
+        line = json.loads(err.strip().splitlines()[-1])
+        assert line["error_class"] == "RuntimeError" and line["level"] == "error"
+        assert "secret question" not in err
+
+    def test_records_do_not_propagate_to_handlers_that_would_print_messages(self, caplog):
+        with caplog.at_level(logging.INFO):
+            logs.warning("redis.down", attempt=2)
+        assert caplog.records == []

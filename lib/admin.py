@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     seed.add_argument("--days", type=int, default=21)
     seed.add_argument("--allow-aws", action="store_true", help="required to seed a table on AWS")
     args = parser.parse_args(argv)
-    settings = Settings.load()
+    settings = Settings.load(for_operator=True)  # operator commands serve no browser: no sign-in settings needed
     if args.command == "create-table":
         print(create_aws_table(settings))
     elif args.command == "check":

@@ -19,13 +19,20 @@ SETTINGS: dict[str, tuple[str, str]] = {
     "CHAT_REGION": ("us-east-1", "AWS region of the table (and of Bedrock unless `CHAT_BEDROCK_REGION` is set)."),
     "CHAT_DYNAMODB_ENDPOINT": ("", "Endpoint URL override for `aws` (e.g. a VPC endpoint or DynamoDB Local)."),
     "CHAT_DATA_DIR": (".chat-data", "Where the `local` backend keeps its snapshot and journal; `:memory:` keeps nothing."),
-    "CHAT_CURSOR_SECRET": ("", "Key that signs page cursors; random per process when unset."),
-    "CHAT_IDENTITY": ("", "`dev`, `header` or `oidc`. Unset: `oidc` if secrets have an `[auth]` block, else `dev` "
-                          "(refused with `CHAT_BACKEND=aws`)."),
+    "CHAT_CURSOR_SECRET": ("", "Key that signs page cursors; random per process when unset (local only: required with "
+                               "`CHAT_BACKEND=aws`, the same on every replica)."),
+    "CHAT_IDENTITY": ("", "`dev`, `header`, `alb` or `oidc`. Unset: `oidc` if secrets have an `[auth]` block, else `dev` "
+                          "(`dev` is refused with `CHAT_BACKEND=aws`)."),
     "CHAT_DEV_USER": ("dev@localhost", "The fixed user of `dev` identity."),
     "CHAT_IDENTITY_HEADER": ("X-Forwarded-Email", "`header` identity: the header the SSO proxy sets."),
     "CHAT_PROXY_SECRET_HEADER": ("X-Proxy-Secret", "`header` identity: header carrying the proxy's shared secret."),
-    "CHAT_PROXY_SECRET": ("", "`header` identity: if set, requests without this secret in that header are refused."),
+    "CHAT_PROXY_SECRET": ("", "`header` identity: if set, requests without this secret in that header are refused "
+                              "(required with `CHAT_BACKEND=aws` unless `CHAT_TRUST_NETWORK=1`)."),
+    "CHAT_TRUST_NETWORK": ("", "`1`: `header` identity on AWS without `CHAT_PROXY_SECRET`, because the network lets "
+                               "only the proxy reach the app (say so only if it is true)."),
+    "CHAT_ALB_ARN": ("", "`alb` identity: the load balancer's ARN; a sign-in token signed by any other is refused."),
+    "CHAT_ALB_KEY_URL": ("", "`alb` identity: where the ALB's public keys are; unset: "
+                             "`https://public-keys.auth.elb.<region of CHAT_ALB_ARN>.amazonaws.com`."),
     "CHAT_MODEL_PROVIDER": ("", "`demo`, `anthropic` or `bedrock`. Unset: `anthropic` if `ANTHROPIC_API_KEY` is set, "
                                 "else `demo`."),
     "ANTHROPIC_API_KEY": ("", "API key for the `anthropic` provider (a secret: environment or secrets.toml only)."),
@@ -81,6 +88,9 @@ class Settings:
     identity_header: str
     proxy_secret_header: str
     proxy_secret: str = field(repr=False)
+    trust_network: str
+    alb_arn: str
+    alb_key_url: str
     model_provider: str
     anthropic_api_key: str = field(repr=False)
     anthropic_base_url: str
@@ -102,7 +112,10 @@ class Settings:
     model_prices: str
 
     @classmethod
-    def load(cls, env: Mapping[str, str] | None = None, secrets: Mapping[str, Any] | None = None) -> "Settings":
+    def load(cls, env: Mapping[str, str] | None = None, secrets: Mapping[str, Any] | None = None, *,
+             for_operator: bool = False) -> "Settings":
+        """Settings, checked; ConfigError says what is wrong and the fix. `for_operator`: an admin command, which
+        serves no browser, so the sign-in and cursor settings are not required."""
         env = os.environ if env is None else env
         secrets = _secrets() if secrets is None else secrets
         names = {_field_name(name): name for name in SETTINGS}
@@ -121,16 +134,8 @@ class Settings:
 
         if values["backend"] not in ("local", "aws"):
             raise ConfigError(f"CHAT_BACKEND must be 'local' or 'aws', not {values['backend']!r}.")
-        if not values["identity"]:
-            if isinstance(secrets.get("auth"), Mapping):
-                values["identity"] = "oidc"
-            elif values["backend"] == "aws":
-                raise ConfigError("CHAT_BACKEND=aws needs a real identity: set CHAT_IDENTITY to 'header' or 'oidc' "
-                                  "(see 'Deploying behind SSO' in the README).")
-            else:
-                values["identity"] = "dev"
-        if values["identity"] not in ("dev", "header", "oidc"):
-            raise ConfigError(f"CHAT_IDENTITY must be 'dev', 'header' or 'oidc', not {values['identity']!r}.")
+        if not for_operator:
+            _check_serving(values, secrets)
         if not values["model_provider"]:
             values["model_provider"] = "anthropic" if values["anthropic_api_key"] else "demo"
         if values["model_provider"] not in ("demo", "anthropic", "bedrock"):
@@ -147,6 +152,52 @@ class Settings:
         return cls(**values)
 
     @property
+    def trusts_network(self) -> bool:
+        return self.trust_network == "1"
+
+    @property
     def admin_ids(self) -> frozenset[str]:
         """Admins, normalised like identities (emails lower-cased)."""
         return frozenset(a.strip().lower() if "@" in a else a.strip() for a in self.admins.split(",") if a.strip())
+
+
+def _check_serving(values: dict[str, Any], secrets: Mapping[str, Any]) -> None:
+    """What serving browsers needs: a real sign-in on AWS, and what several replicas must share."""
+    aws = values["backend"] == "aws"
+    auth = secrets.get("auth")
+    if not values["identity"]:
+        if isinstance(auth, Mapping):
+            values["identity"] = "oidc"
+        elif aws:
+            raise ConfigError("CHAT_BACKEND=aws needs a real identity: set CHAT_IDENTITY to 'alb', 'header' or 'oidc' "
+                              "(see 'Deploying behind SSO' in the README).")
+        else:
+            values["identity"] = "dev"
+    identity = values["identity"]
+    if identity not in ("dev", "header", "alb", "oidc"):
+        raise ConfigError(f"CHAT_IDENTITY must be 'dev', 'header', 'alb' or 'oidc', not {identity!r}.")
+    if values["trust_network"] not in ("", "0", "1"):
+        raise ConfigError(f"CHAT_TRUST_NETWORK must be '1' or unset, not {values['trust_network']!r}.")
+    if identity == "dev" and aws:
+        # Everyone would be the same dev user on the production table.
+        raise ConfigError("CHAT_IDENTITY=dev is refused with CHAT_BACKEND=aws: everyone would share one user's chats. "
+                          "Set CHAT_IDENTITY to 'alb', 'header' or 'oidc' (see 'Deploying behind SSO' in the README).")
+    if identity == "header" and aws and not values["proxy_secret"] and values["trust_network"] != "1":
+        # Without the secret, anyone who reaches the app around the proxy can claim any email.
+        raise ConfigError("CHAT_IDENTITY=header on AWS needs CHAT_PROXY_SECRET (a random value the proxy sends in "
+                          "CHAT_PROXY_SECRET_HEADER), or CHAT_TRUST_NETWORK=1 if the network lets only the proxy reach "
+                          "the app.")
+    if identity == "alb" and not values["alb_arn"].startswith("arn:aws"):
+        raise ConfigError("CHAT_IDENTITY=alb needs CHAT_ALB_ARN: the load balancer's ARN (the stack's "
+                          "LoadBalancerArn output), so that tokens signed by another load balancer are refused.")
+    if identity == "oidc":
+        if not isinstance(auth, Mapping):
+            raise ConfigError("CHAT_IDENTITY=oidc needs an [auth] block in .streamlit/secrets.toml (redirect_uri, "
+                              "cookie_secret, client_id, client_secret, server_metadata_url): copy it from "
+                              ".streamlit/secrets.toml.example and fill in your identity provider's values.")
+        if not auth.get("cookie_secret"):
+            raise ConfigError("The [auth] block in .streamlit/secrets.toml needs cookie_secret: a long random value, "
+                              "the same on every replica, or sign-ins break when a request lands on another one.")
+    if aws and not values["cursor_secret"]:
+        raise ConfigError("CHAT_BACKEND=aws needs CHAT_CURSOR_SECRET: a long random value, the same on every replica "
+                          "(page links and 'Load more' would break across replicas and restarts without it).")

@@ -2,6 +2,7 @@
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from lib.config import Settings
 from lib.web import ui
 from lib.storage.itemsize import ITEM_LIMIT_BYTES
 from tests.fake_anthropic import Behaviour
@@ -133,6 +134,11 @@ class TestModelFailure:
         assert "internal assistant" in streamed[-1]["system"]
 
 
+# Streamlit's sign-in configuration, as .streamlit/secrets.toml would give it (CHAT_IDENTITY=oidc requires it).
+AUTH_BLOCK = {"redirect_uri": "http://localhost:8501/oauth2callback", "cookie_secret": "test-cookie-secret",
+              "client_id": "chat", "client_secret": "s", "server_metadata_url": "http://127.0.0.1:9/.well-known"}
+
+
 @pytest.mark.usefixtures("app_env")
 class TestIdentity:
     def test_dev_identity_says_so_on_screen(self):
@@ -167,14 +173,17 @@ class TestIdentity:
     def test_oidc_shows_a_sign_in_button_until_logged_in(self, monkeypatch):
         monkeypatch.setenv("CHAT_IDENTITY", "oidc")
         at = AppTest.from_file(APP, default_timeout=30)
+        at.secrets["auth"] = AUTH_BLOCK
         at.user = {"is_logged_in": False}
         at.run()
         assert [b.label for b in at.button] == ["Sign in"] and not at.chat_input
         at = AppTest.from_file(APP, default_timeout=30)
+        at.secrets["auth"] = AUTH_BLOCK
         at.user = {"is_logged_in": True, "email": "Carol@Example.com", "name": "Carol"}
         at.run()
         send(at, "carol here")
-        assert [s.title for s in services().store.list_sessions("carol@example.com").items] == ["Carol here"]
+        store = ui._services(Settings.load(secrets={"auth": AUTH_BLOCK})).store  # the app's own (same Settings)
+        assert [s.title for s in store.list_sessions("carol@example.com").items] == ["Carol here"]
 
 
 @pytest.mark.usefixtures("app_env")

@@ -29,9 +29,14 @@ class TestSettings:
         assert not missing
 
 
+# What an AWS deployment must set besides the backend (see lib/config.py's checks).
+AWS_SERVING = {"CHAT_BACKEND": "aws", "CHAT_IDENTITY": "header", "CHAT_PROXY_SECRET": "proxy-secret",
+               "CHAT_CURSOR_SECRET": "cursor-secret"}
+
+
 class TestAws:
     def aws(self, server, **extra):
-        return Settings.load(env={"CHAT_BACKEND": "aws", "CHAT_IDENTITY": "header", "CHAT_DYNAMODB_ENDPOINT": server.endpoint_url,
+        return Settings.load(env={**AWS_SERVING, "CHAT_DYNAMODB_ENDPOINT": server.endpoint_url,
                                   "CHAT_TABLE": "not-created-yet", **extra}, secrets={})
 
     def test_a_missing_table_names_the_command_that_creates_it(self, server):
@@ -63,10 +68,10 @@ class TestAws:
         monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
         monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
         with pytest.raises(ConfigError, match="no AWS credentials"):
-            open_database(Settings.load(env={"CHAT_BACKEND": "aws", "CHAT_IDENTITY": "header"}, secrets={}))
+            open_database(Settings.load(env={**AWS_SERVING}, secrets={}))
 
     def test_an_unreachable_endpoint_is_reported_not_replaced(self):
-        settings = Settings.load(env={"CHAT_BACKEND": "aws", "CHAT_IDENTITY": "header", "CHAT_DYNAMODB_ENDPOINT": "http://127.0.0.1:9"},
+        settings = Settings.load(env={**AWS_SERVING, "CHAT_DYNAMODB_ENDPOINT": "http://127.0.0.1:9"},
                                  secrets={})
         with pytest.raises(StoreUnavailable, match="cannot be reached"):
             open_database(settings)
@@ -79,7 +84,7 @@ class TestIdentityAndModelSettings:
             Settings.load(env={"CHAT_BACKEND": "aws"}, secrets={})
 
     def test_an_auth_block_in_secrets_means_oidc(self):
-        assert Settings.load(env={}, secrets={"auth": {"redirect_uri": "x"}}).identity == "oidc"
+        assert Settings.load(env={}, secrets={"auth": {"redirect_uri": "x", "cookie_secret": "c"}}).identity == "oidc"
 
     def test_the_demo_model_is_the_default_without_a_key(self):
         assert Settings.load(env={}, secrets={}).model_provider == "demo"

@@ -51,15 +51,16 @@ def page_links() -> None:
     st.page_link("pages/cost.py", label="Usage & cost", icon=":material/payments:")
 
 
-def request_headers() -> dict[str, str]:
-    """The headers of the browser's connection (set by the SSO proxy in `header` mode)."""
-    return dict(st.context.headers or {})
+def request_headers() -> identity.Headers:
+    """The headers of the browser's connection (set by the SSO proxy or the ALB), repeats kept (get_all):
+    identity refuses a sign-in header given twice."""
+    return st.context.headers
 
 
 def current_identity(settings: Settings) -> identity.Identity:
     """The signed-in user, or a sign-in screen and st.stop()."""
     try:
-        return identity.resolve(settings, request_headers(), st.user.to_dict())
+        return identity.resolve(settings, request_headers(), st.user.to_dict(), session=st.session_state)
     except NotAuthenticated as exc:
         st.title("Team Chat")
         if settings.identity == "oidc":

@@ -8,13 +8,12 @@ import streamlit as st
 from lib.usage import costs
 from lib.storage import keys
 from lib.web import ui
+from lib.web.bootstrap import start_page
 from lib.usage.pricing import Prices
 
-st.set_page_config(page_title="Usage & cost · Team Chat", page_icon="💬", layout="wide")
-ui.apply_style()
-svc = ui.services()
+start = start_page("Usage & cost")
+svc, me = start.svc, start.me
 settings = svc.settings
-me = ui.current_identity(settings)
 # Checked on every run, server-side, from the signed-in identity only: no URL or widget can widen the scope.
 is_admin = me.user_id in settings.admin_ids
 scope_user = None if is_admin else me.user_id

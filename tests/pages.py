@@ -26,8 +26,15 @@ def sidebar_rows(at):
 
 
 def sidebar_titles(at):
-    """Sidebar labels are '<title> :gray[· <relative time>]'."""
-    return [b.label.split(" :gray[")[0].replace("\\", "") for b in sidebar_rows(at)]
+    """Sidebar labels are '<title> :gray[· <relative time>]', the open chat's '<title> · <relative time>'."""
+    return [(b.label.split(" :gray[")[0] if " :gray[" in b.label else b.label.rsplit(" · ", 1)[0]).replace("\\", "")
+            for b in sidebar_rows(at)]
+
+
+def shown_text(message) -> str:
+    """What a chat message shows as text: its Markdown and code blocks in order (captions and alerts left out)."""
+    return "\n\n".join(node.value for node in message
+                       if getattr(node, "type", None) in ("markdown", "code") and not getattr(node, "is_caption", False))
 
 
 def requests_made(fn):

@@ -3,7 +3,7 @@ import pytest
 
 from tests.fake_anthropic import Behaviour
 from tests.faults import Faults
-from tests.pages import DEV, button, new_browser, send, services
+from tests.pages import DEV, button, new_browser, send, services, shown_text
 
 pytestmark = pytest.mark.usefixtures("app_env", "no_backoff_sleep")
 
@@ -29,7 +29,7 @@ class TestDatabaseFaults:
         Faults(services().database.client).fail("UpdateItem", "ThrottlingException", times=10)
         send(at, "answer me")
         assert "not saved yet" in at.warning[0].value
-        assert "demo model" in at.chat_message[1].markdown[0].value
+        assert "demo model" in shown_text(at.chat_message[1])
         assert stored()[0].status == "pending"
         at.run()
         assert not at.warning and stored()[0].status == "done"

@@ -1,20 +1,25 @@
-"""Text that reaches st.markdown: Streamlit escapes HTML already (we never pass unsafe_allow_html);
-this also turns Markdown images into plain links, so neither a user's paste nor a model's answer can make
-the browser fetch a remote URL on display (a classic way to leak chat content through an image request)."""
+"""Text that reaches a Markdown renderer: nothing a user or a model wrote may make the browser fetch anything.
+
+Streamlit escapes HTML already (we never pass unsafe_allow_html), so the one construct left that fetches is
+an image, and every image starts with the two characters '![' (inline, nested brackets, reference style
+alike). A WORD JOINER between them (invisible, zero width) leaves '!' and a link, in code spans too: a
+click on a link is the user's choice, a fetch on display would leak the chat to whoever owns the URL.
+"""
 from __future__ import annotations
 
 import re
 
-_IMAGE = re.compile(r"!\[([^\]]*)\]\(([^)]*)\)")
+WORD_JOINER = "\u2060"
 
 
 def safe_markdown(text: str) -> str:
-    return _IMAGE.sub(lambda m: f"[image: {m.group(1) or 'link'}]({m.group(2)})", text)
+    """Markdown that renders as written, minus images (shown as '!' and a link, never fetched)."""
+    return text.replace("![", "!" + WORD_JOINER + "[")
 
 
 _MARKDOWN_SPECIALS = re.compile(r"([\\`*_{}\[\]()#+\-.!|~<>:$])")
 
 
 def plain_label(text: str) -> str:
-    """Text shown literally in a widget label (labels render Markdown): every special character escaped."""
+    """Text shown literally where Streamlit renders Markdown (labels, titles): every special character escaped."""
     return _MARKDOWN_SPECIALS.sub(r"\\\1", text)

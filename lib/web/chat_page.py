@@ -1,0 +1,282 @@
+"""The chat page in parts (sidebar, banner, header, turns, the composer), so app.py reads as the page's outline.
+
+State lives in lib.web.chat_view (what is loaded), the turn's order in lib.turn.turns, what happens around a
+turn in lib.turn.flow; this module only draws and routes clicks.
+"""
+from __future__ import annotations
+
+import streamlit as st
+
+from lib.errors import ChatError, ModelError
+from lib.storage.itemsize import ITEM_LIMIT_BYTES
+from lib.storage.records import DONE, FAILED, Message
+from lib.turn.flow import ContextNotes, context_note, save_again, title_first_turn
+from lib.turn.turns import Turn, begin_turn, retry_turn
+from lib.web import export, turn_view, ui
+from lib.web.bootstrap import PageStart
+from lib.web.render import plain_label
+from lib.web.stream_render import render_markdown, stream_markdown
+
+SUGGESTIONS = ["How should I design a DynamoDB table for chat history?",
+               "Draft a short email asking my team for a decision by Friday",
+               "Explain this Python error: KeyError: 'user_id'"]
+RENAME_POPOVER = "rename-popover"
+
+
+class ChatPage:
+    def __init__(self, start: PageStart):
+        self.svc, self.me = start.svc, start.me
+        self.settings, self.store, self.model, self.ledger = \
+            start.svc.settings, start.svc.store, start.svc.model, start.svc.ledger
+        self.view = ui.chat_view(self.me.user_id)
+        self.notes: ContextNotes = st.session_state.setdefault("context_notes", ContextNotes())
+        self.welcome = None
+        self.suggested: str | None = None
+
+    # --- state --------------------------------------------------------------------------------------
+    def save_unsaved(self) -> None:
+        """A turn whose save failed (DynamoDB throttled past retries) is saved again on every run."""
+        unsaved: Turn | None = st.session_state.get("unsaved")
+        if unsaved is not None and save_again(unsaved) is not None:
+            self.view.saved(unsaved.saved)
+            del st.session_state["unsaved"]
+
+    def load(self) -> None:
+        """Reads only on a new browser session, navigation, or 'load more'."""
+        wanted = st.query_params.get("session")
+        with ui.errors_shown():
+            self.view.ensure_sidebar(self.store)
+            if wanted != self.view.open_id and wanted != self.view.not_found:
+                self.view.navigate(self.store, wanted)
+
+    def go_to(self, session_id: str | None) -> None:
+        """Navigation: the URL says which session is open; the run that follows loads it (1 Query)."""
+        if session_id is None:
+            st.query_params.pop("session", None)
+            self.view.navigate(self.store, None)  # a new chat needs no request
+        else:
+            st.query_params["session"] = session_id
+
+    # --- sidebar and banner -------------------------------------------------------------------------
+    def sidebar(self) -> None:
+        view = self.view
+        with st.sidebar:
+            ui.page_links()
+            st.button("New chat", icon=":material/edit_square:", width="stretch", on_click=self.go_to, args=(None,))
+            st.caption("Your chats")
+            if not view.sidebar:
+                st.caption("Nothing here yet: your chats will be listed here, newest first.")
+            for row in view.sidebar or []:
+                current = row.session_id == view.open_id
+                when = ui.relative_time(row.last_message_time)
+                # The selected row is white on blue: its date in grey would be unreadable there.
+                label = f"{plain_label(row.title)} · {when}" if current else f"{plain_label(row.title)} :gray[· {when}]"
+                st.button(label, key=f"open-{row.session_id}", type="primary" if current else "tertiary",
+                          help=f"Last message {when}", width="stretch", on_click=self.go_to, args=(row.session_id,))
+            if view.sidebar_cursor and st.button("Load more", icon=":material/expand_more:", width="stretch"):
+                with ui.errors_shown():
+                    view.load_more_sessions(self.store)
+                    st.rerun()
+            st.divider()
+            st.caption(f"Signed in as **{plain_label(self.me.display)}**"
+                       + (" · development identity, no SSO" if self.me.mode == "dev" else ""))
+            st.caption(f"Data: {self.svc.database.where}")
+            st.caption(f"Model: {self.model.provider} · {self.model.name}")
+
+    def banner(self) -> None:
+        """One compact line (a phone shows it in one or two lines, not a fifth of the screen)."""
+        notes = []
+        if self.svc.database.local:
+            notes.append("local database")
+        if self.model.provider == "demo":
+            notes.append("offline demo model")
+        if self.me.mode == "dev":
+            notes.append(f"development sign-in ({plain_label(self.me.display)})")
+        if notes:
+            st.caption(":blue-badge[:material/science: Demo mode] " + " · ".join(notes)
+                       + ". Nothing leaves this machine.")
+
+    # --- the open chat ------------------------------------------------------------------------------
+    def header(self) -> None:
+        session = self.view.session
+        title_col, rename_col, export_col = st.columns([7, 2, 2], vertical_alignment="center")
+        title_col.subheader(plain_label(session.title), anchor=False)
+        key = f"rename-title-{session.session_id}"
+        with rename_col.popover("Rename", icon=":material/edit:", width="stretch", key=RENAME_POPOVER,
+                                on_change="rerun"):
+            with st.form("rename", border=False):
+                st.text_input("Title", value=session.title, max_chars=120, key=key)
+                st.form_submit_button("Save", type="primary", on_click=self._rename, args=(key,))
+            if st.session_state.get("rename_error"):
+                st.error(st.session_state.pop("rename_error"), icon=":material/error:")
+        with export_col.popover("Export", icon=":material/download:", width="stretch"):
+            user_id = self.me.user_id
+            st.download_button("Markdown", on_click="ignore", file_name=f"{session.title[:40]}.md",
+                               mime="text/markdown", data=lambda: export.to_markdown(
+                                   session, self.store.all_messages(user_id, session.session_id)))
+            st.download_button("JSON", on_click="ignore", file_name=f"{session.title[:40]}.json",
+                               mime="application/json", data=lambda: export.to_json(
+                                   session, self.store.all_messages(user_id, session.session_id)))
+
+    def _rename(self, key: str) -> None:
+        """Runs before the page: a saved rename closes the popover; a failed one keeps it open with the error."""
+        try:
+            self.view.renamed(self.store.rename_session(self.me.user_id, self.view.session, st.session_state[key]))
+            st.session_state[RENAME_POPOVER] = False
+        except ChatError as exc:
+            st.session_state["rename_error"] = str(exc)
+
+    def turns(self) -> None:
+        view = self.view
+        if view.older_cursor and st.button("Load earlier messages", icon=":material/expand_less:"):
+            with ui.errors_shown():
+                view.load_earlier(self.store)
+                st.rerun()
+        pages, newest = turn_view.groups(view.messages)
+        number = view.session.message_count - len(view.messages) + 1
+        for index, page in enumerate(pages):
+            box = turn_view.older_page(view.open_id, number, page, generation=len(view.messages), top=index == 0)
+            if box.open:
+                with box:
+                    for message in page:
+                        self.turn(message)
+            number += len(page)
+        for message in newest:
+            self.turn(message)
+
+    def turn(self, m: Message) -> None:
+        with st.chat_message("user"):
+            turn_view.question(m)
+        with st.chat_message("assistant"):
+            self.answer(m)
+
+    def answer(self, m: Message) -> None:
+        unsaved: Turn | None = st.session_state.get("unsaved")
+        if unsaved is not None and unsaved.message.message_id == m.message_id:
+            render_markdown(st, unsaved.text)
+            st.warning(f"Shown but not saved yet: {unsaved.save_error} Saving is retried on your next click.",
+                       icon=":material/save:")
+            st.button("Try saving again", key=f"save-{m.message_id}")  # any rerun retries the save
+            return
+        render_markdown(st, m.output_body)
+        if m.status == DONE:
+            self._answer_footer(m)
+            return
+        if m.status == FAILED or m.is_stale(self.settings.pending_timeout_s):
+            reason = m.error if m.status == FAILED else \
+                "Interrupted: the answer never finished (the app stopped or the tab closed)."
+            st.warning(reason, icon=":material/error:")
+            if st.button("Retry", key=f"retry-{m.message_id}", icon=":material/refresh:"):
+                with ui.errors_shown():
+                    turn = retry_turn(self.store, self.model, self.me.user_id, self.view.session, m,
+                                      self.view.messages, budget_tokens=self.settings.context_tokens,
+                                      ledger=self.ledger)
+                    self.view.saved(turn.message)
+                    self.stream(turn)
+                    st.rerun()
+            return
+        st.info("The answer is still being written (in another tab or window).", icon=":material/hourglass_top:")
+        if st.button("Refresh", key=f"refresh-{m.message_id}"):
+            with ui.errors_shown():
+                self.view.navigate(self.store, self.view.open_id)
+                st.rerun()
+
+    def _answer_footer(self, m: Message) -> None:
+        details = [f"{m.input_token:,} in · {m.output_token:,} out tokens"]
+        seconds = turn_view.answer_seconds(m)
+        if seconds is not None:
+            details.append(f"{seconds:.1f} s")
+        if m.model:
+            details.append(m.model)
+        if self.notes.get(m.message_id):
+            details.append(self.notes.get(m.message_id))
+        st.caption(" · ".join(details))
+        if m.output_truncated:
+            st.caption(f"The answer was cut to fit the {ITEM_LIMIT_BYTES // 1024} KB storage limit.")
+        with st.container(horizontal=True, vertical_alignment="center", gap="small"):
+            value = st.feedback("thumbs", key=f"fb-{m.message_id}", default=m.feedback)
+            turn_view.copy_control(m)
+        if value != m.feedback:
+            with ui.errors_shown():
+                self.view.saved(self.store.set_feedback(self.me.user_id, m, value))
+
+    # --- a turn, streamed ---------------------------------------------------------------------------
+    def stream(self, turn: Turn) -> None:
+        """Stream the answer block by block, then save it once, whatever ended the stream (lib.turn.turns)."""
+        try:
+            stream_markdown(st.container(), turn)
+        except ModelError:
+            pass  # turn.error holds the sentence for the user; close() saves the partial answer as failed
+        finally:
+            saved = turn.close()
+            if saved is not None:
+                self.view.saved(saved)
+            else:
+                st.session_state["unsaved"] = turn
+        self.notes.add(turn.message.message_id, context_note(turn))
+
+    def ask(self, question: str) -> None:
+        if not question.strip():
+            return  # an empty or whitespace-only question is ignored
+        first = self.view.session is None
+        if self.welcome is not None:
+            self.welcome.empty()  # the suggestions make way for the conversation
+        with ui.errors_shown():
+            try:
+                turn = begin_turn(self.store, self.model, self.me.user_id, self.view.session, question,
+                                  self.view.messages, system_prompt_id=self.settings.system_prompt_id,
+                                  budget_tokens=self.settings.context_tokens, ledger=self.ledger)
+            except ChatError:
+                st.session_state["unsent"] = question  # nothing typed is lost
+                raise
+            self.view.committed(turn.session, turn.message)
+            st.query_params["session"] = turn.session.session_id
+            with st.chat_message("user"):
+                turn_view.question(turn.message)
+            with st.chat_message("assistant"):
+                self.stream(turn)
+            if first:
+                renamed = title_first_turn(self.store, self.model, self.ledger, self.me.user_id, turn, question)
+                if renamed is not None:
+                    self.view.renamed(renamed)
+            st.rerun()
+
+    # --- the empty page and the composer ------------------------------------------------------------
+    def not_found(self) -> None:
+        st.warning("Chat not found. It may belong to another account, or the link is incomplete.",
+                   icon=":material/search_off:")
+        st.button("Start a new chat", on_click=self.go_to, args=(None,))
+
+    def welcome_screen(self) -> None:
+        self.welcome = st.empty()
+        with self.welcome.container():
+            st.title("What can I help with?", anchor=False)
+            st.caption("Your chats are private to you and saved, so you can pick them up on any device.")
+            with st.container(horizontal=True, gap="small"):
+                for suggestion in SUGGESTIONS:
+                    if st.button(suggestion, width="content"):
+                        self.suggested = suggestion
+            if self.svc.database.local and not self.view.sidebar:
+                st.divider()
+                st.caption("A fresh local install. For a demo, fill it with three weeks of chats by five colleagues "
+                           "(you among them); the usage & cost page then has something to show.")
+                if st.button("Load demo history", icon=":material/auto_awesome:"):
+                    from lib.ops.seed import seed_demo
+
+                    with st.spinner("Writing three weeks of demo chats through the real store…"):
+                        seed_demo(self.svc)
+                    self.view.sidebar = None  # read the new sidebar on the rerun
+                    st.rerun()
+
+    def composer(self) -> None:
+        question = st.chat_input("Ask anything…") or self.suggested
+        if question:
+            st.session_state.pop("unsent", None)
+            self.ask(question)
+        unsent = st.session_state.get("unsent")
+        if unsent:
+            st.text_area("Your message was not sent. Copy or shorten it, then send it again:", value=unsent,
+                         height=150)
+            if st.button("Dismiss"):
+                del st.session_state["unsent"]
+                st.rerun()

@@ -1,0 +1,87 @@
+"""How one turn looks on the chat page: the question (long ones collapsed), the answer through the block
+renderer, and what sits under it (figures, feedback, copy). Which turns are drawn at all is decided here
+too: the newest page, plus older loaded pages only while they are expanded, so a rerun's cost does not
+grow with the chat."""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import streamlit as st
+
+from lib.storage import keys
+from lib.storage.records import Message
+from lib.web.stream_render import render_markdown
+
+PAGE_TURNS = 20  # the newest page; older loaded turns are grouped in pages of the same size
+PREVIEW_CHARS, PREVIEW_LINES = 1_500, 25
+_EXPANDED = "expanded_questions"
+
+
+def answer_seconds(m: Message) -> float | None:
+    """From the question (or from Retry, for a retried turn) to the end of the answer."""
+    if not m.response_end_time:
+        return None
+    started = max(m.create_time, m.attempt_time or "")  # key times sort as strings
+    return (keys.parse_time(m.response_end_time) - keys.parse_time(started)).total_seconds()
+
+
+def preview(text: str) -> str | None:
+    """The start of a long question (at most PREVIEW_LINES lines and PREVIEW_CHARS), or None if it is short."""
+    lines = text.split("\n")
+    if len(text) <= PREVIEW_CHARS and len(lines) <= PREVIEW_LINES:
+        return None
+    cut = "\n".join(lines[:PREVIEW_LINES])[:PREVIEW_CHARS]
+    if len(cut) == PREVIEW_CHARS and " " in cut[-200:]:
+        cut = cut[:cut.rindex(" ")]  # end on a word
+    return cut.rstrip()
+
+
+def _toggle(message_id: str) -> None:
+    expanded: set[str] = st.session_state.setdefault(_EXPANDED, set())
+    expanded.symmetric_difference_update({message_id})
+
+
+def question(m: Message) -> None:
+    """The question as Markdown; a long one shows its start and a 'Show all' button."""
+    short = preview(m.input_body)
+    if short is None:
+        render_markdown(st, m.input_body)
+        return
+    expanded = m.message_id in st.session_state.get(_EXPANDED, set())
+    render_markdown(st, m.input_body if expanded else short + " …")
+    hidden = len(m.input_body) - len(short)
+    label = "Show less" if expanded else f"Show all ({hidden:,} more characters)"
+    st.button(label, key=f"more-{m.message_id}", type="tertiary", on_click=_toggle, args=(m.message_id,),
+              icon=":material/unfold_less:" if expanded else ":material/unfold_more:")
+
+
+def copy_control(m: Message) -> None:
+    """The answer as Markdown in a code box whose copy icon puts it on the clipboard (drawn only when opened)."""
+    box = st.popover("Copy", icon=":material/content_copy:", type="tertiary", key=f"copy-{m.message_id}",
+                     on_change="rerun")
+    if box.open:
+        box.caption("The answer as Markdown; the icon at the box's top right copies it.")
+        box.code(m.output_body, language="markdown", wrap_lines=True)
+
+
+def groups(messages: Sequence[Message]) -> tuple[list[list[Message]], list[Message]]:
+    """Older loaded turns in pages (oldest first), and the newest page."""
+    newest = list(messages[-PAGE_TURNS:])
+    older = list(messages[:-PAGE_TURNS]) if len(messages) > PAGE_TURNS else []
+    pages: list[list[Message]] = []
+    while older:
+        pages.insert(0, older[-PAGE_TURNS:])
+        older = older[:-PAGE_TURNS]
+    return pages, newest
+
+
+def older_page(session_id: str, first_number: int, page: list[Message], generation: int, top: bool) -> Any:
+    """A collapsible page of older turns; draw its turns only if `.open` (a closed page costs nothing).
+
+    The key changes with `generation` (the number of loaded turns), so after a send or 'Load earlier' only
+    the topmost page (the one just brought in) starts open: what a rerun draws stays bounded.
+    """
+    day = keys.parse_time(page[0].create_time)
+    label = f"Turns {first_number:,}–{first_number + len(page) - 1:,} · from {day:%b} {day.day}"
+    return st.expander(label, expanded=top, key=f"older-{session_id}-{generation}-{first_number}",
+                       on_change="rerun", icon=":material/history:")

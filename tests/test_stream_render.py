@@ -1,0 +1,167 @@
+"""The block renderer: Markdown split into blocks that render alone, streamed with bounded work per chunk."""
+import random
+
+import pytest
+
+from lib.turn.models import demo_answer
+from lib.web import markdown_blocks as mb
+from lib.web.markdown_blocks import CODE, MARKDOWN, PLAIN, Block, split
+from lib.web.render import WORD_JOINER, plain_label, safe_markdown
+from lib.web.stream_render import BlockRenderer, render_markdown, stream_markdown
+
+
+class Recorder:
+    """Stands in for a Streamlit container: records what each element finally shows and every byte sent."""
+
+    def __init__(self, log=None):
+        self.log = log if log is not None else {"sent": 0, "draws": 0}
+        self.elements: list = []
+
+    def empty(self):
+        slot = Slot(self.log)
+        self.elements.append(slot)
+        return slot
+
+    def container(self):
+        box = Recorder(self.log)
+        self.elements.append(box)
+        return box
+
+    def _add(self, kind, text, **extra):
+        self.log["sent"] += len(text)
+        self.log["draws"] += 1
+        self.elements.append((kind, text, extra.get("language")))
+
+    def markdown(self, text):
+        self._add("markdown", text)
+
+    def code(self, text, language=None, wrap_lines=False):
+        self._add("code", text, language=language)
+
+    def caption(self, text):
+        self._add("caption", text)
+
+    def shown(self):
+        out = []
+        for element in self.elements:
+            if isinstance(element, (Slot, Recorder)):
+                out.extend(element.shown())
+            else:
+                out.append(element)
+        return out
+
+
+class Slot(Recorder):
+    """st.empty(): each call replaces what it showed."""
+
+    def _add(self, kind, text, **extra):
+        self.elements = []
+        super()._add(kind, text, **extra)
+
+    def container(self):
+        self.elements = []
+        return super().container()
+
+    def empty(self):
+        self.elements = []
+
+
+LONG_ANSWER = "\n\n".join([
+    "# A long answer",
+    "Intro paragraph with *emphasis* and `code`.",
+    "```python\ndef f(x):\n\n    return x  # a blank line inside the fence\n```",
+    "| a | b |\n|---|---|\n| 1 | 2 |\n| 3 | 4 |",
+    "1. first\n\n   continued under the first item\n\n2. second\n   ```bash\n   ls -l\n\n   echo hi\n   ```\n3. third",
+    "> quoted\n> still quoted",
+    "- a\n- b\n\n- c after a blank",
+    "~~~\ntilde fence\n~~~",
+    "Last paragraph.",
+])
+
+
+class TestSplit:
+    def test_blocks_end_at_blank_lines_fences_and_list_ends_but_not_inside_fences_or_items(self):
+        blocks = split(LONG_ANSWER)
+        assert [b.kind for b in blocks] == [MARKDOWN, MARKDOWN, CODE, MARKDOWN, MARKDOWN, MARKDOWN, MARKDOWN,
+                                            CODE, MARKDOWN]
+        assert blocks[2] == Block(CODE, "def f(x):\n\n    return x  # a blank line inside the fence", "python")
+        assert blocks[4].text.startswith("1. first") and blocks[4].text.endswith("3. third")  # one list
+        assert blocks[6].text == "- a\n- b\n\n- c after a blank"
+
+    def test_a_fence_interrupting_a_paragraph_starts_a_code_block(self):
+        assert [b.kind for b in split("Look:\n```\nx\n```\nafter")] == [MARKDOWN, CODE, MARKDOWN]
+
+    def test_an_open_fence_renders_as_code(self):
+        assert split("text\n\n```js\nlet a = 1;\nlet b") == [Block(MARKDOWN, "text"),
+                                                             Block(CODE, "let a = 1;\nlet b", "js")]
+
+    def test_inline_triple_backticks_are_not_a_fence(self):
+        assert [b.kind for b in split("```not a fence``` here\n\nnext")] == [MARKDOWN, MARKDOWN]
+
+    @pytest.mark.parametrize("seed", range(20))
+    def test_any_chunking_of_a_stream_ends_with_the_blocks_of_the_whole_text(self, seed):
+        rng = random.Random(seed)
+        text = LONG_ANSWER + "\n\n" + demo_answer("How do I write python code for a DynamoDB table?")
+        cuts = sorted(rng.sample(range(1, len(text)), 60))
+        streamed, whole = Recorder(), Recorder()
+        renderer = BlockRenderer(streamed)
+        for cut in cuts:
+            renderer.update(text[:cut])
+        renderer.update(text, done=True)
+        render_markdown(whole, text)
+        assert streamed.shown() == whole.shown()
+        assert len(whole.shown()) == len(split(text))
+
+
+class TestBoundedMarkdown:
+    def test_deep_nesting_is_shown_as_plain_text_and_says_so(self):
+        (block,) = split(">" * 5000 + " deep")
+        assert block.kind == PLAIN and "nests more than" in block.reason
+        assert split("- " * 40 + "x")[0].kind == PLAIN
+        assert split(" " * 200 + "- x")[0].kind == PLAIN
+        shown = Recorder()
+        render_markdown(shown, ">" * 5000)
+        assert [kind for kind, _, _ in shown.shown()] == ["code", "caption"]
+        assert "Shown as plain text" in shown.shown()[1][1]
+
+    def test_runs_of_emphasis_marks_and_huge_blocks_are_plain(self):
+        assert split("*_" * 20_000)[0].kind == PLAIN
+        assert split("word " * 7_000)[0].kind == PLAIN
+        ordinary = "Use `snake_case` and **bold** text. " * 20
+        assert split(ordinary)[0].kind == MARKDOWN
+        assert split("> a\n>> b\n- c\n  - d")[0].kind == MARKDOWN
+
+    def test_limits_apply_per_block(self):
+        text = "fine paragraph\n\n" + ">" * 100 + "\n\nfine again"
+        assert [b.kind for b in split(text)] == [MARKDOWN, PLAIN, MARKDOWN]
+
+
+class TestNoImages:
+    @pytest.mark.parametrize("payload", [
+        "![x](http://h/a)", "![a [b]](http://h/b)", "![x][r]\n\n[r]: http://h/c", "`![x](http://h/d)`",
+        "![x](<http://h/e>)", "\\![x](http://h/f)", "![![x](http://h/g)](http://h/h)"])
+    def test_no_image_syntax_reaches_the_renderer(self, payload):
+        sent = safe_markdown(payload)
+        assert "![" not in sent and sent.replace(WORD_JOINER, "") == payload
+
+    def test_titles_are_escaped_completely(self):
+        assert plain_label("![t](http://h/)") == "\\!\\[t\\]\\(http\\://h/\\)"
+
+
+class TestStreamingWork:
+    def test_a_long_answer_sends_a_bounded_multiple_of_its_size(self):
+        text = "\n\n".join(f"Paragraph {i} " + "word " * 60 for i in range(400))  # about 130 KB
+        chunks = [text[i:i + 6] for i in range(0, len(text), 6)]
+        ticks = iter(range(10 ** 9))
+        shown = Recorder()
+        result = stream_markdown(shown, chunks, clock=lambda: next(ticks) * 0.02)  # 300 characters a second
+        assert result == text
+        assert shown.log["sent"] <= 3 * len(text)
+        assert shown.log["draws"] <= len(chunks) * 0.02 / 0.25 + len(split(text))  # coalesced
+
+    def test_every_chunk_is_drawn_when_they_come_slowly_yet_finished_blocks_are_sent_once(self):
+        text = "one\n\ntwo\n\nthree"
+        ticks = iter(range(1000))
+        shown = Recorder()
+        stream_markdown(shown, list(text), clock=lambda: next(ticks) * 10.0)
+        assert [t for _, t, _ in shown.shown()] == ["one", "two", "three"]

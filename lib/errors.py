@@ -25,6 +25,10 @@ class MessageTooLarge(ChatError):
     """The question would push the message item past DynamoDB's 400 KB item limit."""
 
 
+class ItemTooLarge(ChatError):
+    """DynamoDB refused an item over its 400 KB limit (the store turns it into MessageTooLarge for a turn)."""
+
+
 class EmptyMessage(ChatError):
     """The question is empty or only whitespace."""
 
@@ -39,6 +43,10 @@ class InvalidCursor(ChatError):
 
 class StoreUnavailable(ChatError):
     """DynamoDB cannot be reached, throttled us past our retries, or the table is missing."""
+
+
+class OutcomeUnknown(StoreUnavailable):
+    """A write's response was lost (timeout, dropped connection, server error): it may or may not have been applied."""
 
 
 class ConfigError(ChatError):

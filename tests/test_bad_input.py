@@ -46,7 +46,7 @@ class TestRefusedClearly:
         before = len(meter.records())
         text = "o" * size
         send(at, text)
-        assert "limit is 396 KB" in at.error[0].value
+        assert "over the limit of 405,504 bytes (396 KB)" in at.error[0].value
         assert at.text_area[0].value == text
         assert meter.records()[before:] == [] and services().store.list_sessions(DEV).items == []
 

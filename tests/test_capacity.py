@@ -3,6 +3,7 @@ import pytest
 
 from lib.usage.capacity import modeled_units, read_units, reported_units, write_units
 from lib.storage.itemsize import item_size, number_size
+from lib.errors import MessageNotPending
 from lib.storage.store import to_item
 
 USER = "u-1"
@@ -32,12 +33,24 @@ class TestItemSize:
         assert modeled_units("TransactWriteItems", {"TransactItems": [{"Put": {"Item": item}}]}, {}) == ("write", 4)
 
     def test_vector_5_updates_use_the_larger_image_and_deletes_the_old_one(self):
-        assert write_units(max(900, 1100)) == 2
-        assert write_units(max(3000, 500)) == 3
-        old = to_item({"pk": "k", "body": "x" * (3000 - 7)})
-        assert modeled_units("DeleteItem", {"Key": {"pk": {"S": "k"}}}, {"Attributes": old}) == ("write", 3)
-        after = to_item({"pk": "k", "body": "x" * (1100 - 7)})
-        assert modeled_units("UpdateItem", {"Key": {"pk": {"S": "k"}}}, {"Attributes": after}) == ("write", 2)
+        key = {"pk": {"S": "k"}, "sk": {"S": "s"}}  # 6 bytes; the name "body" 4 more
+
+        def item(size):
+            return {**key, "body": {"S": "x" * (size - 10)}}
+
+        assert item_size(item(1100)) == 1100
+        grows = modeled_units("UpdateItem", {"Key": key}, {"Attributes": item(1100)}, {("k", "s"): 900})
+        shrinks = modeled_units("UpdateItem", {"Key": key}, {"Attributes": item(500)}, {("k", "s"): 3000})
+        assert grows == ("write", 2) and shrinks == ("write", 3)
+        assert modeled_units("DeleteItem", {"Key": key}, {"Attributes": item(3000)}) == ("write", 3)
+        assert modeled_units("DeleteItem", {"Key": key}, {}, {("k", "s"): 3000}) == ("write", 3)
+        assert modeled_units("DeleteItem", {"Key": key}, {}) == ("write", 1)  # a missing item costs 1
+
+    def test_a_transaction_update_is_billed_on_the_whole_item_it_replaces(self):
+        update = {"Update": {"Key": {"pk": {"S": "k"}, "sk": {"S": "s"}}, "UpdateExpression": "SET t = :t",
+                             "ExpressionAttributeValues": {":t": {"S": "x"}}}}
+        assert modeled_units("TransactWriteItems", {"TransactItems": [update]}, {}) == ("write", 2)
+        assert modeled_units("TransactWriteItems", {"TransactItems": [update]}, {}, {("k", "s"): 1500}) == ("write", 4)
 
     @pytest.mark.parametrize("each, strong, eventual", [(4000, 21, 10.5), (4100, 22, 11.0)])
     def test_vector_6_a_query_sums_then_rounds_once(self, each, strong, eventual):
@@ -109,8 +122,19 @@ class TestMeterOnARealTable:
         store.finish_message(USER, message, output_body="x", input_token=1, output_token=1,
                              response_start_time=message.create_time, response_end_time=message.create_time)
         meter.clear()
-        with pytest.raises(Exception):
+        with pytest.raises(MessageNotPending):
             store.finish_message(USER, message, output_body="y", input_token=1, output_token=1,
                                  response_start_time=message.create_time, response_end_time=message.create_time)
         (usage,) = meter.records()
         assert not usage.ok and usage.modeled == 1 and usage.reported is None
+
+    def test_a_retry_of_a_failed_5_kb_turn_is_billed_by_the_item_it_replaces(self, store, meter):
+        """DynamoDB bills the larger image: the 5 KB failed turn, not the 2.5 KB restarted one."""
+        session, message = store.create_session(USER, "q" * 2500, system_prompt_id="p")
+        store.fail_message(USER, message, output_body="a" * 2500, error="overloaded")
+        (failed,) = store.open_session(USER, session.session_id).messages
+        assert 5 * 1024 < failed.size <= 6 * 1024
+        meter.clear()
+        restarted = store.restart_message(USER, failed)
+        (usage,) = meter.records()
+        assert restarted.size < 3 * 1024 and (usage.action, usage.units) == ("retry", 6)

@@ -5,11 +5,11 @@ import pytest
 
 from lib.storage import keys
 from lib.ops.invariants import check_user
-from lib.errors import (EmptyMessage, InvalidCursor, InvalidTitle, MessageNotFound, MessageNotPending,
+from lib.errors import (StoreUnavailable, EmptyMessage, InvalidCursor, InvalidTitle, MessageNotFound, MessageNotPending,
                         MessageTooLarge, SessionChanged, SessionNotFound)
 from lib.storage.itemsize import ITEM_LIMIT_BYTES
 from lib.storage.records import DONE, FAILED, PENDING
-from lib.storage.store import ChatStore, to_item
+from lib.storage.store import QUESTION_LIMIT_BYTES, ChatStore, to_item
 
 A, B = "alice@example.com", "bob@example.com"
 PROMPT = "default-v1"
@@ -258,11 +258,21 @@ class TestLimits:
     def test_an_oversize_question_is_refused_before_any_request_with_the_limit(self, store, requests):
         session, _ = store.create_session(A, "q", system_prompt_id=PROMPT)
         requests.reset()
-        with pytest.raises(MessageTooLarge, match="limit is 396 KB"):
+        with pytest.raises(MessageTooLarge, match=r"over the limit of 405,504 bytes \(396 KB\)"):
             store.send_message(A, session, "x" * ITEM_LIMIT_BYTES, system_prompt_id=PROMPT)
         with pytest.raises(MessageTooLarge):
             store.create_session(A, "€" * (ITEM_LIMIT_BYTES // 3), system_prompt_id=PROMPT)
         assert requests.names == []
+
+    def test_one_byte_over_says_one_byte_over(self, store, requests):
+        session, message = store.create_session(A, "q", system_prompt_id=PROMPT)
+        stored_with_one_char = message.size  # the item of a one-character question, by DynamoDB's size rule
+        over = "x" * (QUESTION_LIMIT_BYTES - stored_with_one_char + 2)
+        requests.reset()
+        with pytest.raises(MessageTooLarge, match="Your message is 1 byte over the limit"):
+            store.send_message(A, session, over, system_prompt_id=PROMPT)
+        assert requests.names == []
+        store.send_message(A, session, over[:-1], system_prompt_id=PROMPT)  # exactly at the limit is accepted
 
     def test_the_largest_question_allowed_is_stored_whole(self, store):
         session, _ = store.create_session(A, "q", system_prompt_id=PROMPT)
@@ -322,3 +332,112 @@ def assert_invariants(client, table, user):
     """One list item per session at the meta's time and title; message_count = messages (lib.ops.invariants)."""
     report = check_user(client, table, user)
     assert report.ok, report.violations
+
+
+class TestRecordKinds:
+    """Other record kinds in a session partition (summaries, and whatever comes later) never break a chat."""
+
+    @pytest.mark.parametrize("sk", ["SUM#v1", "ZZZ#from-a-later-version", "AAA#sorts-first", "MSG#not-a-ulid"])
+    def test_an_unknown_record_in_the_session_partition_does_not_break_opening_it(self, store, client, table, sk):
+        session, message = store.create_session(A, "first", system_prompt_id=PROMPT)
+        finish(store, A, message, "answer")
+        client.put_item(TableName=table, Item=to_item({"pk": keys.session_pk(A, session.session_id), "sk": sk,
+                                                       "blob": "x"}))
+        view = store.open_session(A, session.session_id)
+        assert view.session.session_id == session.session_id
+        assert [m.message_id for m in view.messages] == [message.message_id]
+        assert [m.message_id for m in store.all_messages(A, session.session_id)] == [message.message_id]
+
+    def test_paging_past_an_unknown_record_still_reaches_the_oldest_turn(self, store, client, table):
+        session, first = store.create_session(A, "turn 0", system_prompt_id=PROMPT)
+        ids = [first.message_id]
+        for n in range(1, 25):
+            session, message = store.send_message(A, session, f"turn {n}", system_prompt_id=PROMPT)
+            ids.append(message.message_id)
+        client.put_item(TableName=table, Item=to_item({"pk": keys.session_pk(A, session.session_id), "sk": "SUM#v1"}))
+        view = store.open_session(A, session.session_id)
+        loaded = [m.message_id for m in view.messages]
+        while view.cursor:
+            view = store.open_session(A, session.session_id, cursor=view.cursor)
+            loaded = [m.message_id for m in view.messages] + loaded
+        assert loaded == ids
+
+    def test_record_kinds_are_named_by_their_sort_key(self):
+        mid = keys.new_id()
+        assert keys.record_kind(keys.META_SK) == keys.META
+        assert keys.record_kind(f"MSG#{mid}") == keys.TURN
+        assert keys.record_kind(keys.list_key(A, keys.now(), mid)["sk"]) == keys.LIST_ROW
+        assert [keys.record_kind(s) for s in ("SUM#1", "MEM#1", "VEC#1", "MSG#x", "SES#bad", "other")] == \
+            [keys.SUMMARY, keys.MEMORY, keys.VECTOR, keys.UNKNOWN, keys.UNKNOWN, keys.UNKNOWN]
+
+
+class TestUnknownOutcome:
+    """A committed question whose response was lost is reported as sent, and continues; an uncommitted one is not."""
+
+    @staticmethod
+    def _lose_response(client, operation: str, *, after_commit: bool):
+        """Make the next `operation` raise a read timeout, after (or instead of) reaching the server."""
+        from botocore.exceptions import ReadTimeoutError
+
+        state = {"armed": True}
+
+        def before_send(request, **_):
+            if not after_commit:  # every attempt botocore makes times out
+                raise ReadTimeoutError(endpoint_url=request.url)
+
+        def after_call(**_):
+            if state["armed"] and after_commit:
+                state["armed"] = False
+                raise ReadTimeoutError(endpoint_url="local")
+
+        client.meta.events.register(f"before-send.dynamodb.{operation}", before_send)
+        client.meta.events.register(f"after-call.dynamodb.{operation}", after_call)
+
+    def test_a_send_committed_before_its_response_was_lost_is_reported_as_sent(self, store, client, table, requests):
+        session, _ = store.create_session(A, "first", system_prompt_id=PROMPT)
+        self._lose_response(client, "TransactWriteItems", after_commit=True)
+        requests.reset()
+        sent, message = store.send_message(A, session, "second", system_prompt_id=PROMPT)
+        assert requests.names == ["TransactWriteItems", "GetItem"]  # one consistent read to learn the outcome
+        assert [m.input_body for m in store.open_session(A, session.session_id).messages] == ["first", "second"]
+        assert sent.message_count == 2 and message.status == PENDING
+        assert_invariants(client, table, A)
+
+    def test_a_new_chat_committed_before_its_response_was_lost_is_reported_as_created(self, store, client, table):
+        self._lose_response(client, "TransactWriteItems", after_commit=True)
+        session, message = store.create_session(A, "hello", system_prompt_id=PROMPT)
+        assert store.open_session(A, session.session_id).messages[0].message_id == message.message_id
+
+    def test_a_send_that_never_reached_the_table_says_it_was_not_saved(self, store, client, table, no_backoff_sleep):
+        session, _ = store.create_session(A, "first", system_prompt_id=PROMPT)
+        self._lose_response(client, "TransactWriteItems", after_commit=False)
+        with pytest.raises(StoreUnavailable, match="was not saved"):
+            store.send_message(A, session, "second", system_prompt_id=PROMPT)
+        assert [m.input_body for m in store.open_session(A, session.session_id).messages] == ["first"]
+        assert_invariants(client, table, A)
+
+    def test_a_resent_transaction_that_had_committed_is_not_an_error(self, store, client, table):
+        """botocore resends after a lost response; the resend is cancelled because our message exists."""
+        session, _ = store.create_session(A, "first", system_prompt_id=PROMPT)
+        state = {"first": True}
+
+        def resend_once(response, **_):
+            if state["first"] and response is not None and response[0].status_code == 200:
+                state["first"] = False
+                return 0  # retry now: the same request again, as after a lost response
+            return None
+
+        client.meta.events.register("needs-retry.dynamodb.TransactWriteItems", resend_once)
+        sent, message = store.send_message(A, session, "second", system_prompt_id=PROMPT)
+        assert not state["first"]
+        assert [m.input_body for m in store.open_session(A, session.session_id).messages] == ["first", "second"]
+        assert_invariants(client, table, A)
+
+
+class TestStorableText:
+    def test_a_lone_surrogate_in_an_answer_is_replaced_not_a_lost_turn(self, store):
+        session, message = store.create_session(A, "q \ud83d", system_prompt_id=PROMPT)
+        done = finish(store, A, message, "broken \udc00 pair, whole 👋")
+        stored = store.open_session(A, session.session_id).messages[0]
+        assert stored.status == DONE and stored.output_body == "broken \ufffd pair, whole 👋"
+        assert stored.input_body == "q \ufffd" and done.output_body == stored.output_body

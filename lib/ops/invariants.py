@@ -16,7 +16,7 @@ from typing import Any
 
 from lib.storage import keys
 from lib.storage.records import Message, Session
-from lib.storage.store import from_item, query_all, to_item
+from lib.storage.gateway import Gateway, from_item, to_item
 
 
 @dataclass
@@ -33,7 +33,7 @@ class Report:
 
 
 def _query_all(client: Any, table: str, **params: Any) -> list[dict]:
-    return [from_item(i) for i in query_all(client.query, TableName=table, ConsistentRead=True, **params)]
+    return [from_item(i) for i in Gateway(client, table).query_all(ConsistentRead=True, **params)]
 
 
 def check_user(client: Any, table: str, user_id: str, *, pending_timeout_s: float = 300,

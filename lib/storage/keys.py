@@ -1,10 +1,16 @@
 """Every key, time and id format of the single table (DESIGN.md); nothing else builds a key.
 
 Records and their keys:
-    list item     pk USER#<user_id>               sk SES#<last_message_time>#<session_id>
+    list item     pk USER#<user_id>                   sk SES#<last_message_time>#<session_id>
     session meta  pk USER#<user_id>#SES#<session_id>  sk SES#META
     message       pk USER#<user_id>#SES#<session_id>  sk MSG#<message_id>
     usage bucket  pk USAGE#<yyyy-mm-dd>               sk USER#<user_id>   (the cost page's ledger)
+Reserved sort-key prefixes for the records the context engine and semantic search add:
+    summary       pk USER#<user_id>#SES#<session_id>  sk SUM#...   (sorts after SES#META: read first, descending)
+    memory        pk USER#<user_id>                   sk MEM#<memory_id>
+    vector item   pk USER#<user_id>                   sk VEC#...
+Readers classify an item by its sort key (`record_kind`) and skip kinds they do not
+know, so adding a record kind to a partition never breaks a page that reads it.
 
 Invariant: every key starts with USER#<user_id>, and user_id comes from the
 authenticated identity, so one user's request cannot name another user's item.
@@ -23,6 +29,13 @@ USER_PREFIX = "USER#"
 SESSION_PREFIX = "SES#"
 MESSAGE_PREFIX = "MSG#"
 META_SK = "SES#META"
+SUMMARY_PREFIX = "SUM#"
+MEMORY_PREFIX = "MEM#"
+VECTOR_PREFIX = "VEC#"
+
+# Record kinds, as record_kind names them.
+LIST_ROW, META, TURN, SUMMARY, MEMORY, VECTOR, UNKNOWN = "list_row", "meta", "turn", "summary", "memory", "vector", \
+    "unknown"
 
 # ULID: 26 chars of Crockford base32 (no I, L, O, U); sorts in creation order.
 _ULID_RE = re.compile(r"^[0-9A-HJKMNP-TV-Z]{26}$")
@@ -140,3 +153,21 @@ def is_list_sk(sk: str) -> bool:
 
 def is_message_sk(sk: str) -> bool:
     return bool(_MSG_SK_RE.match(sk))
+
+
+def record_kind(sk: str) -> str:
+    """Which record a sort key names (LIST_ROW, META, TURN, SUMMARY, MEMORY, VECTOR), or UNKNOWN.
+
+    A malformed sort key under a known prefix (MSG#not-an-id) is UNKNOWN too: readers
+    skip it rather than fail on it, and `admin check` reports it.
+    """
+    if sk == META_SK:
+        return META
+    if is_message_sk(sk):
+        return TURN
+    if is_list_sk(sk):
+        return LIST_ROW
+    for prefix, kind in ((SUMMARY_PREFIX, SUMMARY), (MEMORY_PREFIX, MEMORY), (VECTOR_PREFIX, VECTOR)):
+        if sk.startswith(prefix):
+            return kind
+    return UNKNOWN

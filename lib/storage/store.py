@@ -9,69 +9,41 @@ Request budget per action (an extra request is a defect):
 from __future__ import annotations
 
 import contextlib
-import functools
 from dataclasses import replace
 from typing import Any, Callable, Iterator
 
-from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import ClientError
 
-from lib.storage import keys
-from lib.usage.capacity import Meter
-from lib.storage.cursor import CursorCodec
+from lib import logs
 from lib.errors import (
     ChatError,
     EmptyMessage,
     InvalidCursor,
     InvalidTitle,
+    ItemTooLarge,
     MessageNotFound,
     MessageNotPending,
     MessageTooLarge,
+    OutcomeUnknown,
     SessionChanged,
     SessionNotFound,
     StoreUnavailable,
 )
+from lib.storage import keys
+from lib.storage.cursor import CursorCodec
+from lib.storage.gateway import Gateway, cancellation_codes, error_code, from_item, storable_text, to_item
 from lib.storage.itemsize import ITEM_LIMIT_BYTES, item_size
 from lib.storage.records import DONE, FAILED, PENDING, Message, Page, Session, SessionSummary, SessionView
+from lib.usage.capacity import Meter
+
+__all__ = ["ChatStore", "default_title", "from_item", "to_item"]
 
 SIDEBAR_PAGE = 20
 TURNS_PAGE = 20
 TITLE_MAX_CHARS = 120  # keeps meta and list items far under 1 KB (1 WRU each)
 ANSWER_RESERVE_BYTES = 4 * 1024  # a question may fill the item only up to this much short of 400 KB
+QUESTION_LIMIT_BYTES = ITEM_LIMIT_BYTES - ANSWER_RESERVE_BYTES
 MAX_RACE_RETRIES = 3
-
-# Errors that mean "DynamoDB is there but will not serve us now"; botocore has
-# already retried them (standard/adaptive retry mode) when they reach us.
-_UNAVAILABLE = {
-    "ProvisionedThroughputExceededException",
-    "ThrottlingException",
-    "RequestLimitExceeded",
-    "InternalServerError",
-    "ServiceUnavailable",
-    "ResourceNotFoundException",
-}
-
-_ser = TypeSerializer()
-_de = TypeDeserializer()
-
-
-def to_item(values: dict[str, Any]) -> dict[str, dict]:
-    return {k: _ser.serialize(v) for k, v in values.items() if v is not None}
-
-
-def from_item(item: dict[str, dict]) -> dict[str, Any]:
-    return {k: _de.deserialize(v) for k, v in item.items()}
-
-
-def query_all(query: Callable[..., dict], **params: Any) -> list[dict]:
-    """Every item a Query matches, following LastEvaluatedKey (one request per 1 MB page), in wire format."""
-    items: list[dict] = []
-    while True:
-        response = query(**params)
-        items += response.get("Items", [])
-        if "LastEvaluatedKey" not in response:
-            return items
-        params["ExclusiveStartKey"] = response["LastEvaluatedKey"]
 
 
 def default_title(question: str) -> str:
@@ -83,48 +55,21 @@ def default_title(question: str) -> str:
     return cut + "…"
 
 
-def _error_code(exc: ClientError) -> str:
-    return exc.response.get("Error", {}).get("Code", "")
-
-
-def _cancellation_codes(exc: ClientError) -> list[str]:
-    return [reason.get("Code", "None") for reason in exc.response.get("CancellationReasons", [])]
-
-
 class ChatStore:
     """Sessions and turns of every user on one DynamoDB table; handed its client."""
 
     def __init__(self, client: Any, table_name: str, meter: Meter | None = None, *, cursor_secret: bytes | str | None = None):
-        self._client = client
+        self._db = Gateway(client, table_name, meter)
         self._table = table_name
-        self._meter = meter
         self._cursors = CursorCodec(cursor_secret)
 
-    # --- plumbing -------------------------------------------------------
-
-    @contextlib.contextmanager
-    def _action(self, name: str, user_id: str) -> Iterator[None]:
-        """Label the requests inside for the capacity meter: which action, for whom."""
-        if self._meter is None:
-            yield
-            return
-        with self._meter.action(name, user_id):
-            yield
-
     def _call(self, operation: str, **params: Any) -> dict:
-        """One request; DynamoDB being unreachable or throttling past retries becomes StoreUnavailable."""
-        if operation != "transact_write_items":  # transactions name the table per action
-            params["TableName"] = self._table
-        try:
-            return getattr(self._client, operation)(**params)
-        except ClientError as exc:
-            if _error_code(exc) in _UNAVAILABLE:
-                raise StoreUnavailable(
-                    "The chat database is busy or unreachable right now; nothing was lost. Try again in a moment."
-                ) from exc
-            raise
-        except BotoCoreError as exc:
-            raise StoreUnavailable("The chat database cannot be reached; nothing was lost. Try again in a moment.") from exc
+        return self._db.call(operation, **params)
+
+    @staticmethod
+    def _sizes(*items: dict) -> dict[tuple[str, str], int]:
+        """(pk, sk) -> stored size of wire-format items this write replaces: the meter bills the larger image."""
+        return {(i["pk"]["S"], i["sk"]["S"]): item_size(i) for i in items}
 
     # --- writes ---------------------------------------------------------
 
@@ -132,6 +77,7 @@ class ChatStore:
                          message_id: str) -> tuple[dict, Message]:
         if not isinstance(input_body, str) or not input_body.strip():
             raise EmptyMessage("Type a question first.")
+        input_body = storable_text(input_body)
         values = {
             **keys.message_key(user_id, session_id, message_id),
             "message_id": message_id,
@@ -142,13 +88,13 @@ class ChatStore:
             "status": PENDING,
         }
         item = to_item(values)
-        size = item_size(item)
-        limit = ITEM_LIMIT_BYTES - ANSWER_RESERVE_BYTES
-        if size > limit:
+        size = item_size(item)  # the stored item's size by DynamoDB's rule, keys and names included
+        if size > QUESTION_LIMIT_BYTES:
+            over = size - QUESTION_LIMIT_BYTES
             raise MessageTooLarge(
-                f"Your message is {size / 1024:,.0f} KB; the limit is {limit // 1024:,} KB per turn "
-                "(DynamoDB stores a question and its answer in one item of at most 400 KB). "
-                "Shorten it or split it over several messages."
+                f"Your message is {over:,} byte{'' if over == 1 else 's'} over the limit of {QUESTION_LIMIT_BYTES:,} "
+                f"bytes ({QUESTION_LIMIT_BYTES // 1024:,} KB) per turn: DynamoDB stores a question and its answer "
+                "in one item of at most 400 KB. Shorten it or split it over several messages."
             )
         message = Message(message_id, session_id, at, input_body, system_prompt_id, size=size)
         return item, message
@@ -159,7 +105,7 @@ class ChatStore:
         session_id, at = keys.new_id(), keys.now()
         message_item, message = self._pending_message(user_id, session_id, input_body, system_prompt_id, at, keys.new_id())
         session = Session(session_id, user_id, self._valid_title(title or default_title(input_body)), at, at, 1)
-        with self._action("create", user_id):
+        with self._db.action("create", user_id), self._outcome_checked(user_id, message, committed_index=2):
             self._call("transact_write_items", TransactItems=[
                 {"Put": {  # meta; the condition makes a duplicated id fail instead of overwriting a session
                     "TableName": self._table,
@@ -189,12 +135,13 @@ class ChatStore:
             at = keys.later_than(session.last_message_time)
             message_item["create_time"] = {"S": at}
             try:
-                with self._action("send", user_id):
+                with self._db.action("send", user_id, prior=self._session_sizes(user_id, session)), \
+                        self._outcome_checked(user_id, message, committed_index=0):
                     self._send_transaction(user_id, session, message_item, at)
             except ClientError as exc:
-                if _error_code(exc) != "TransactionCanceledException":
+                if error_code(exc) != "TransactionCanceledException":
                     raise
-                codes = _cancellation_codes(exc)
+                codes = cancellation_codes(exc)
                 # Index 1 (meta) or 2 (old list item) failing means another tab sent
                 # first: our :old is stale. A TransactionConflict anywhere is the same
                 # race caught mid-flight. Anything else is not ours to retry.
@@ -205,12 +152,56 @@ class ChatStore:
                             "This chat kept changing in another tab; your question was not sent. Reload and send again."
                         ) from exc
                     raise
-                with self._action("send", user_id):
+                with self._db.action("send", user_id):
                     session = self.get_session(user_id, session.session_id)
                 continue
             sent = replace(session, last_message_time=at, message_count=session.message_count + 1)
             return sent, replace(message, create_time=at)
         raise AssertionError("unreachable")
+
+    @contextlib.contextmanager
+    def _outcome_checked(self, user_id: str, message: Message, *, committed_index: int) -> Iterator[None]:
+        """Around a transaction that puts a fresh pending question: find out what happened when the answer is lost.
+
+        Two ways a committed question can look like a failure: the response was lost
+        (OutcomeUnknown), or botocore resent a transaction that had committed and the
+        resend was cancelled because our fresh message id already exists (real
+        DynamoDB answers such a resend through its ClientRequestToken instead;
+        emulators do not). A fresh ULID is written by no one else, so its existence
+        means our transaction committed: the caller goes on as if it had succeeded.
+        One consistent GetItem, on the error path only.
+        """
+        try:
+            yield
+        except ClientError as exc:
+            codes = cancellation_codes(exc) if error_code(exc) == "TransactionCanceledException" else []
+            if len(codes) > committed_index and codes[committed_index] == "ConditionalCheckFailed" \
+                    and self._message_exists(user_id, message):
+                logs.warning("turn.commit_resent", session_id=message.session_id, message_id=message.message_id)
+                return
+            raise
+        except OutcomeUnknown as exc:
+            try:
+                exists = self._message_exists(user_id, message)
+            except StoreUnavailable:
+                raise StoreUnavailable(
+                    "The chat database did not confirm whether your message was saved. Reload the chat to see "
+                    "whether it is there before sending it again.") from exc
+            logs.warning("turn.commit_outcome_unknown", session_id=message.session_id, message_id=message.message_id,
+                         committed=exists)
+            if not exists:
+                raise StoreUnavailable("Your message was not saved: the chat database did not answer. "
+                                       "Nothing was changed; send it again.") from exc
+
+    def _message_exists(self, user_id: str, message: Message) -> bool:
+        response = self._call("get_item", Key=to_item(keys.message_key(user_id, message.session_id, message.message_id)),
+                              ConsistentRead=True, ProjectionExpression="pk")
+        return "Item" in response
+
+    def _session_sizes(self, user_id: str, session: Session) -> dict[tuple[str, str], int]:
+        """Sizes of the meta and sidebar row a send or rename replaces (the store wrote them, so it knows them)."""
+        meta = to_item({**keys.meta_key(user_id, session.session_id), **self._meta_values(session)})
+        return self._sizes(meta, self._list_item(user_id, session))
 
     def _send_transaction(self, user_id: str, session: Session, message_item: dict, at: str) -> None:
         old = session.last_message_time
@@ -242,7 +233,7 @@ class ChatStore:
                        output_token: int, response_start_time: str, response_end_time: str,
                        model: str | None = None) -> Message:
         """Fill in the answer and mark the turn done (1 UpdateItem). Does not move the sidebar."""
-        with self._action("finish", user_id):
+        with self._db.action("finish", user_id, prior=self._message_size(user_id, message)):
             return self._complete(user_id, message, DONE, output_body=output_body, input_token=input_token,
                                   output_token=output_token, response_start_time=response_start_time,
                                   response_end_time=response_end_time, model=model)
@@ -251,14 +242,14 @@ class ChatStore:
                      output_token: int = 0, response_start_time: str | None = None,
                      response_end_time: str | None = None, model: str | None = None) -> Message:
         """Mark the turn failed, keeping the partial answer and why (1 UpdateItem)."""
-        with self._action("fail", user_id):
+        with self._db.action("fail", user_id, prior=self._message_size(user_id, message)):
             return self._complete(user_id, message, FAILED, output_body=output_body, input_token=input_token,
                                   output_token=output_token, response_start_time=response_start_time,
                                   response_end_time=response_end_time or keys.now(), model=model, error=error)
 
     def _complete(self, user_id: str, message: Message, status: str, *, output_body: str, **fields: Any) -> Message:
-        fields = {k: v for k, v in fields.items() if v is not None}
-        output_body, truncated = self._fit_answer(user_id, message, output_body, fields)
+        fields = {k: storable_text(v) if isinstance(v, str) else v for k, v in fields.items() if v is not None}
+        output_body, truncated = self._fit_answer(user_id, message, storable_text(output_body), fields)
         values = {"output_body": output_body, "output_truncated": truncated, **fields}
         # Every attribute goes through a #placeholder: status and error are reserved words.
         sets = ", ".join(f"#{name} = :{name}" for name in values)
@@ -294,7 +285,7 @@ class ChatStore:
 
     def restart_message(self, user_id: str, message: Message) -> Message:
         """Put a failed or interrupted turn back to pending for Retry: the same question, no duplicate (1 UpdateItem)."""
-        with self._action("retry", user_id):
+        with self._db.action("retry", user_id, prior=self._message_size(user_id, message)):
             return self._update_message(
                 user_id, message,
                 UpdateExpression="SET #status = :pending, attempt_time = :now REMOVE output_body, #error, "
@@ -310,9 +301,14 @@ class ChatStore:
         """Store thumbs up (1) / down (0) on the turn, or clear it (1 UpdateItem)."""
         params: dict[str, Any] = {"UpdateExpression": "REMOVE feedback"} if value is None else {
             "UpdateExpression": "SET feedback = :v", "ExpressionAttributeValues": to_item({":v": int(bool(value))})}
-        with self._action("feedback", user_id):
+        with self._db.action("feedback", user_id, prior=self._message_size(user_id, message)):
             return self._update_message(user_id, message, ConditionExpression="attribute_exists(pk)",  # no stray item
                                         refused=lambda old: MessageNotFound("That message does not exist."), **params)
+
+    @staticmethod
+    def _message_size(user_id: str, message: Message) -> dict[tuple[str, str], int]:
+        key = keys.message_key(user_id, message.session_id, message.message_id)
+        return {(key["pk"], key["sk"]): message.size} if message.size else {}
 
     def _update_message(self, user_id: str, message: Message, *, refused: Callable[[dict | None], ChatError],
                         **params: Any) -> Message:
@@ -322,9 +318,11 @@ class ChatStore:
                                                                               message.message_id)),
                                   ReturnValues="ALL_NEW", **params)
         except ClientError as exc:
-            if _error_code(exc) != "ConditionalCheckFailedException":
+            if error_code(exc) != "ConditionalCheckFailedException":
                 raise
             raise refused(exc.response.get("Item")) from exc
+        except ItemTooLarge as exc:  # _fit_answer keeps answers under the limit; this is the service's last word
+            raise MessageTooLarge("This turn would pass DynamoDB's 400 KB item limit; it was not changed.") from exc
         attributes = response["Attributes"]
         return Message.from_item(from_item(attributes), size=item_size(attributes))
 
@@ -336,7 +334,7 @@ class ChatStore:
         title = self._valid_title(title)
         for attempt in range(MAX_RACE_RETRIES + 1):
             try:
-                with self._action(action, user_id):
+                with self._db.action(action, user_id, prior=self._session_sizes(user_id, session)):
                     self._call("transact_write_items", TransactItems=[
                         {"Update": {  # the meta, only if the sidebar row we name below is still current
                             "TableName": self._table,
@@ -355,17 +353,17 @@ class ChatStore:
                     ])
                 return replace(session, title=title)
             except ClientError as exc:
-                if _error_code(exc) != "TransactionCanceledException":
+                if error_code(exc) != "TransactionCanceledException":
                     raise
                 if attempt == MAX_RACE_RETRIES:
                     raise SessionChanged("This chat kept changing in another tab; reload and rename again.") from exc
-                with self._action(action, user_id):
+                with self._db.action(action, user_id):
                     session = self.get_session(user_id, session.session_id)
         raise AssertionError("unreachable")
 
     @staticmethod
     def _valid_title(title: str) -> str:
-        title = " ".join(str(title).split())
+        title = " ".join(storable_text(str(title)).split())
         if not title or len(title) > TITLE_MAX_CHARS:
             raise InvalidTitle(f"A title must be 1 to {TITLE_MAX_CHARS} characters.")
         return title
@@ -407,7 +405,7 @@ class ChatStore:
             if not isinstance(sk, str) or not keys.is_list_sk(sk):
                 raise InvalidCursor("This page link is not valid any more; reload the list.")
             params["ExclusiveStartKey"] = to_item({"pk": pk, "sk": sk})
-        with self._action("sidebar", user_id):
+        with self._db.action("sidebar", user_id):
             response = self._call("query", **params)
         items = [SessionSummary.from_item(from_item(i)) for i in response.get("Items", [])]
         last = response.get("LastEvaluatedKey")
@@ -434,17 +432,23 @@ class ChatStore:
                 raise InvalidCursor("This page link is not valid any more; reload the chat.")
             params["ExclusiveStartKey"] = to_item({"pk": pk, "sk": sk})
             params["Limit"] = TURNS_PAGE
-        with self._action("open", user_id):
+        with self._db.action("open", user_id):
             response = self._call("query", **params)
-        raw = response.get("Items", [])
-        session = None
+        session, messages = None, []
+        # Classify by sort key: other record kinds may share the partition (summaries and
+        # whatever comes later); a reader skips what it does not know instead of failing.
+        for item in response.get("Items", []):
+            kind = keys.record_kind(item["sk"]["S"])
+            if kind == keys.META and cursor is None:
+                session = Session.from_item(from_item(item))
+            elif kind == keys.TURN:
+                messages.append(Message.from_item(from_item(item), size=item_size(item)))
+            elif kind != keys.SUMMARY:
+                logs.warning("store.unknown_record", kind=kind, operation="open_session")
         if cursor is None:
-            if not raw or raw[0]["sk"]["S"] != keys.META_SK:
+            if session is None:
                 raise SessionNotFound("No such chat.")
-            session = Session.from_item(from_item(raw[0]))
-            raw = raw[1:]
             remaining = session.message_count
-        messages = [Message.from_item(from_item(i), size=item_size(i)) for i in raw]
         remaining -= len(messages)
         last = response.get("LastEvaluatedKey")
         # message_count tells us when the oldest turn is loaded, which saves the
@@ -464,6 +468,7 @@ class ChatStore:
             ExpressionAttributeValues=to_item({":pk": pk, ":prefix": keys.MESSAGE_PREFIX}),
             ConsistentRead=True,
         )
-        with self._action("export", user_id):
-            items = query_all(functools.partial(self._call, "query"), **params)
-        return [Message.from_item(from_item(i), size=item_size(i)) for i in items]
+        with self._db.action("export", user_id):
+            items = self._db.query_all(**params)
+        return [Message.from_item(from_item(i), size=item_size(i)) for i in items
+                if keys.record_kind(i["sk"]["S"]) == keys.TURN]

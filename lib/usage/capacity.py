@@ -68,23 +68,42 @@ def _key_and_values_size(params: Mapping[str, Any]) -> int:
     return _size(params["Key"]) + sum(value_size(v) for v in values) + sum(len(n.encode()) for n in names)
 
 
-def _transact_action_size(action: Mapping[str, Any]) -> int:
+Prior = Mapping[tuple[str, str], int]  # (pk, sk) -> size in bytes of the item a write replaces
+
+
+def _key_of(key_or_item: Mapping[str, Any]) -> tuple[str, str]:
+    wire = _wire(key_or_item)
+    return tuple(str(next(iter(wire[name].values()))) if name in wire else "" for name in ("pk", "sk"))  # type: ignore
+
+
+def _before(prior: Prior, key_or_item: Mapping[str, Any]) -> int:
+    return prior.get(_key_of(key_or_item), 0) if prior else 0
+
+
+def _transact_action_size(action: Mapping[str, Any], prior: Prior) -> int:
     (kind, body), = action.items()
     if kind == "Put":
-        return _size(body["Item"])
-    if kind == "Update":
-        return _key_and_values_size(body)
-    return _size(body["Key"])  # Delete, ConditionCheck
+        return max(_size(body["Item"]), _before(prior, body["Item"]))
+    if kind == "Update":  # billed on the whole item, before or after, whichever is larger
+        return max(_key_and_values_size(body), _before(prior, body["Key"]))
+    if kind == "Delete":
+        return max(_size(body["Key"]), _before(prior, body["Key"]))
+    return _size(body["Key"])  # ConditionCheck
 
 
-def modeled_units(operation: str, params: Mapping[str, Any], parsed: Mapping[str, Any]) -> tuple[str, float]:
+def modeled_units(operation: str, params: Mapping[str, Any], parsed: Mapping[str, Any],
+                  prior: Prior | None = None) -> tuple[str, float]:
     """(kind, units) of one call by CAPACITY.md; kind is "read" or "write".
 
-    Writes use the larger of the before and after images where the response
-    carries one (ReturnValues); otherwise the request's own item, or, for an
-    Update or Delete with no image, the key and written values (a lower bound,
-    exact for items that stay under 1 KB such as the session meta and list items).
+    DynamoDB bills a Put, Update or Delete by the larger of the item's size before
+    and after the write. The after image is the response's (ReturnValues ALL_NEW)
+    or the request's item; the before image is the response's (ALL_OLD) or, where
+    the caller knows it, `prior` (the store knows the size of every item it
+    read or wrote). Without either, an Update counts its key and written values
+    (a lower bound, exact for items that stay under 1 KB such as the session meta
+    and list items).
     """
+    prior = prior or {}
     consistent = bool(params.get("ConsistentRead"))
     if operation in ("Query", "Scan"):
         # A Query sums the sizes of all items evaluated, then rounds once.
@@ -100,16 +119,18 @@ def modeled_units(operation: str, params: Mapping[str, Any], parsed: Mapping[str
     if operation == "TransactGetItems":
         return "read", sum(2 * read_units(_size(r.get("Item")), consistent=True) for r in parsed.get("Responses", []))
     if operation == "PutItem":
-        return "write", write_units(max(_size(parsed.get("Attributes")), _size(params["Item"])))
+        return "write", write_units(max(_size(parsed.get("Attributes")), _size(params["Item"]),
+                                        _before(prior, params["Item"])))
     if operation == "UpdateItem":
         image = parsed.get("Attributes")
-        return "write", write_units(_size(image) if image else _key_and_values_size(params))
+        after = _size(image) if image else _key_and_values_size(params)
+        return "write", write_units(max(after, _before(prior, params["Key"])))
     if operation == "DeleteItem":
         image = parsed.get("Attributes")
-        return "write", write_units(_size(image) if image else _size(params["Key"]))
+        return "write", write_units(max(_size(image) if image else _size(params["Key"]), _before(prior, params["Key"])))
     if operation == "TransactWriteItems":
         # Each item rounded up on its own, then doubled.
-        return "write", sum(2 * write_units(_transact_action_size(a)) for a in params["TransactItems"])
+        return "write", sum(2 * write_units(_transact_action_size(a, prior)) for a in params["TransactItems"])
     if operation == "BatchWriteItem":
         units = 0
         for requests in params["RequestItems"].values():
@@ -162,6 +183,7 @@ class Meter:
         self.trust_reported = trust_reported
         self._action: contextvars.ContextVar[tuple[str, str | None]] = contextvars.ContextVar(
             "capacity_action", default=("other", None))
+        self._prior: contextvars.ContextVar[Prior] = contextvars.ContextVar("capacity_prior", default={})
         self._lock = threading.Lock()
         self._recent: deque[Usage] = deque(maxlen=keep)
         self._listeners: list[Callable[[Usage], None]] = []
@@ -189,6 +211,15 @@ class Meter:
         finally:
             self._action.reset(token)
 
+    @contextlib.contextmanager
+    def prior_sizes(self, prior: Prior) -> Iterator[None]:
+        """Sizes of the items the calls inside replace, (pk, sk) -> bytes, for billing by the larger image."""
+        token = self._prior.set(prior)
+        try:
+            yield
+        finally:
+            self._prior.reset(token)
+
     def subscribe(self, listener: Callable[[Usage], None]) -> None:
         self._listeners.append(listener)
 
@@ -210,13 +241,14 @@ class Meter:
     def _remember_params(self, params: dict, context: dict, **_: Any) -> None:
         context["meter_params"] = params
         context["meter_action"], context["meter_user"] = self._action.get()
+        context["meter_prior"] = self._prior.get()
 
     def _record(self, http_response: Any, parsed: Mapping[str, Any], model: Any, context: dict, **_: Any) -> None:
         params = context.get("meter_params")
         if params is None:
             return
         ok = http_response.status_code < 300
-        kind, modeled = modeled_units(model.name, params, parsed if ok else {})
+        kind, modeled = modeled_units(model.name, params, parsed if ok else {}, context.get("meter_prior"))
         if kind == "other":
             return  # control-plane calls (CreateTable, DescribeTable) carry no capacity
         if not ok and parsed.get("Error", {}).get("Code") not in CHARGED_FAILURES:

@@ -1,14 +1,16 @@
-"""The embedded DynamoDB: serialized, rolls back only what a transaction touched, tracks no instances, persists."""
+"""The embedded DynamoDB: serialized, rolls back only what a transaction touched, tracks no instances, DynamoDB's
+size rule, persists; its moto guardrails (version, signatures, effects)."""
 import json
 import subprocess
 import sys
 import textwrap
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
 from botocore.exceptions import ClientError
 
-from lib.embedded.server import Journal
+from lib.embedded.disk import Disk
 from lib.storage.store import to_item
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -39,12 +41,23 @@ class TestTransactions:
         assert get(client, table, "p", "updated")["v"] == {"N": "1"}
         assert get(client, table, "p", "kept") is not None
 
-    def test_transactions_do_not_deep_copy_the_table(self, client, table, server):
-        import moto.dynamodb.models as models
-        from moto.dynamodb.models import dynamodb_backends
+    def test_transactions_do_not_deep_copy_the_table(self, client, table, monkeypatch):
+        from moto.dynamodb.models.table import Table
 
-        moto_table = dynamodb_backends["123456789012"]["us-east-1"].tables[table]
-        assert models.copy.deepcopy(moto_table) is moto_table
+        for i in range(20):
+            put(client, table, "p", f"{i}")
+
+        def refuse(self, memo):
+            raise AssertionError("a transaction deep-copied the whole table")
+
+        monkeypatch.setattr(Table, "__deepcopy__", refuse, raising=False)
+        client.transact_write_items(TransactItems=[
+            {"Put": {"TableName": table, "Item": to_item({"pk": "p", "sk": "new"})}}])
+        with pytest.raises(ClientError, match="TransactionCanceled"):  # the rollback path copies nothing either
+            client.transact_write_items(TransactItems=[
+                {"Put": {"TableName": table, "Item": to_item({"pk": "p", "sk": "new"}),
+                         "ConditionExpression": "attribute_not_exists(pk)"}}])
+        assert get(client, table, "p", "new") is not None
 
     def test_no_instance_is_kept_after_many_writes(self, client, table):
         from moto.dynamodb.models.dynamo_type import Item
@@ -60,28 +73,6 @@ class TestTransactions:
                            ExpressionAttributeValues=to_item({":b": "y" * 409_000}))
         with pytest.raises(ClientError, match="maximum allowed size"):
             put(client, table, "p", "too-big", body="x" * 409_600)
-
-
-class TestJournal:
-    def test_a_torn_last_line_is_ignored(self, tmp_path):
-        journal = Journal(tmp_path)
-        journal.append([["t", {"pk": {"S": "a"}}, {"pk": {"S": "a"}, "v": {"N": "1"}}]])
-        journal.append([["t", {"pk": {"S": "b"}}, {"pk": {"S": "b"}}]])
-        journal.close()
-        text = journal.journal_path.read_text()
-        journal.journal_path.write_text(text[:-10])  # the process died while writing the second line
-        state = journal.load()
-        assert list(state.values()) == [{"pk": {"S": "a"}, "v": {"N": "1"}}]
-
-    def test_deletes_and_later_images_win(self, tmp_path):
-        journal = Journal(tmp_path)
-        key = {"pk": {"S": "a"}}
-        journal.append([["t", key, {"pk": {"S": "a"}, "v": {"N": "1"}}]])
-        journal.append([["t", key, {"pk": {"S": "a"}, "v": {"N": "2"}}]])
-        journal.compact(journal.load())
-        assert journal.journal_path.read_text() == ""
-        journal.append([["t", key, None]])
-        assert journal.load() == {}
 
 
 WRITE = """
@@ -131,9 +122,9 @@ class TestOneOwner:
 
         with (tmp_path / "lock").open("a+") as held:  # as another process holding the folder would
             fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            with pytest.raises(StoreUnavailable, match="in use by another process"):
-                Journal(tmp_path)
-        Journal(tmp_path).close()  # free again once the other one is gone
+            with pytest.raises(StoreUnavailable, match=f"{tmp_path}/ is in use by another process"):
+                Disk.open(tmp_path)
+        Disk.open(tmp_path).close()  # free again once the other one is gone
 
 
 class TestQueryByPartition:
@@ -175,3 +166,141 @@ class TestQueryByPartition:
                 break
         assert [i["sk"]["S"] for page in pages for i in page] == [i["sk"]["S"] for i in expected]
         assert all(len(page) <= limit for page in pages)
+
+
+class TestGuardrails:
+    """An upgraded or different moto must stop the server, never silently bring the old defects back."""
+
+    def test_another_moto_version_is_refused_with_the_command_that_fixes_it(self, monkeypatch):
+        import moto
+
+        from lib.embedded import moto_patches
+        from lib.errors import ConfigError
+
+        monkeypatch.setattr(moto, "__version__", "5.3.0")
+        with pytest.raises(ConfigError, match=r"written for moto 5\.2\.5, but moto 5\.3\.0 .*pip install -r"):
+            moto_patches.check_moto()
+
+    def test_a_changed_signature_of_a_patched_function_is_refused(self, monkeypatch):
+        from moto.dynamodb.models import DynamoDBBackend
+
+        from lib.embedded import moto_patches
+        from lib.errors import ConfigError
+
+        monkeypatch.setattr(DynamoDBBackend, "get_keys_value", lambda self, table, keys, extra=None: None)
+        with pytest.raises(ConfigError, match="get_keys_value takes"):
+            moto_patches.check_moto()
+
+    def test_every_patched_function_is_checked(self):
+        from lib.embedded import moto_patches
+
+        moto_patches.check_moto()  # the installed moto passes
+        assert len(moto_patches.SIGNATURES) == 15
+
+    def test_a_query_is_served_by_the_partition_without_walking_the_table(self, client, table, monkeypatch):
+        from moto.dynamodb.models.table import Table
+
+        for i in range(30):
+            put(client, table, f"USER#{i % 3}", f"SES#{i:03d}")
+
+        def refuse(self):
+            raise AssertionError("a Query walked every item of the table")
+
+        monkeypatch.setattr(Table, "all_items", refuse)
+        response = client.query(TableName=table, KeyConditionExpression="pk = :pk AND begins_with(sk, :s)",
+                                ExpressionAttributeValues=to_item({":pk": "USER#1", ":s": "SES#"}),
+                                ScanIndexForward=False, Limit=4, ConsistentRead=True)
+        assert [i["sk"]["S"] for i in response["Items"]] == ["SES#028", "SES#025", "SES#022", "SES#019"]
+
+    def test_conditional_transactions_racing_in_threads_lose_no_increment(self, client, table):
+        import threading
+
+        put(client, table, "counter", "c", n=0)
+        won = []
+
+        def racer():
+            for _ in range(15):
+                while True:
+                    n = int(get(client, table, "counter", "c")["n"]["N"])
+                    try:
+                        client.transact_write_items(TransactItems=[{"Update": {
+                            "TableName": table, "Key": to_item({"pk": "counter", "sk": "c"}),
+                            "UpdateExpression": "SET n = :new", "ConditionExpression": "n = :old",
+                            "ExpressionAttributeValues": to_item({":new": n + 1, ":old": n})}}])
+                    except ClientError as exc:
+                        assert "TransactionCanceled" in str(exc)
+                        continue
+                    won.append(n)
+                    break
+
+        threads = [threading.Thread(target=racer) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert sorted(won) == list(range(60))  # each old value won exactly once
+        assert get(client, table, "counter", "c")["n"] == {"N": "60"}
+
+
+class TestSizeRule:
+    """The emulator's 400 KB check is DynamoDB's rule (CAPACITY.md), nested types and numbers included."""
+
+    @pytest.mark.parametrize("item, size", [
+        ({"shirt-color": "R", "shirt-size": "M"}, 23),
+        ({"pk": "USER#u-1", "sk": "SES#META", "n": 123}, 24),
+        ({"pk": "SES#s-1", "sk": "MSG#000001", "role": "user", "text": "héllo 👋", "tokens": 42}, 52),
+        ({"pk": "SES#s-1", "sk": "META", "tags": ["a", "bc"], "meta": {"model": "sonnet", "n": 5}, "done": True,
+          "err": None}, 59),
+        # v = 3 + (1+2) + (1 + [3 + (1+2) + (1 + {3 + 1+1+3})]) + (1 + {3 + 1+1 + [3 + (1+3) + (1+4)]}) = 40
+        ({"pk": "k", "v": [1, [2, {"x": Decimal("1.5")}], {"y": [-42, Decimal("100.5")]}]}, 3 + 1 + 40),
+        ({"pk": "k", "s": {"a", "bc"}, "ns": {1, 123}}, 3 + (1 + 3) + (2 + 2 + 3)),
+    ])
+    def test_moto_items_are_sized_like_the_wire_format(self, item, size):
+        from moto.dynamodb.models.dynamo_type import DynamoType
+
+        from boto3.dynamodb.types import TypeSerializer
+
+        from lib.embedded.sizing import item_size as moto_size
+        from lib.storage.itemsize import item_size as wire_size
+
+        wire = {name: TypeSerializer().serialize(value) for name, value in item.items()}  # keeps NULL
+        assert wire_size(wire) == size
+        assert moto_size({name: DynamoType(value) for name, value in wire.items()}) == size
+
+    @staticmethod
+    def _vector_item(pad: int) -> dict:
+        """A 'vector' of 136,000 ones: 3 bytes each by DynamoDB's rule (1 number + 1 list element), 1 by moto's."""
+        return {"pk": {"S": "p"}, "sk": {"S": "vec"}, "v": {"L": [{"N": "1"}] * 136_000}, "pad": {"S": "x" * pad}}
+
+    def test_an_item_of_exactly_400_kb_by_dynamodbs_rule_is_accepted_and_one_byte_more_refused(self, client, table):
+        from lib.storage.itemsize import ITEM_LIMIT_BYTES, item_size
+
+        pad = ITEM_LIMIT_BYTES - item_size(self._vector_item(0))
+        assert item_size(self._vector_item(pad)) == 409_600
+        client.put_item(TableName=table, Item=self._vector_item(pad))
+        with pytest.raises(ClientError, match="maximum allowed size"):
+            client.put_item(TableName=table, Item={**self._vector_item(pad + 1), "sk": {"S": "vec2"}})
+        assert get(client, table, "p", "vec2") is None
+
+    def test_an_update_that_grows_a_nested_map_past_the_limit_is_refused_and_changes_nothing(self, client, table):
+        from lib.storage.itemsize import ITEM_LIMIT_BYTES, item_size
+
+        item = {"pk": {"S": "p"}, "sk": {"S": "m"}, "m": {"M": {"a": {"S": "x" * 1000}}}}
+        client.put_item(TableName=table, Item=item)
+        grown = {**item, "m": {"M": {"a": {"S": "x" * 1000}, "b": {"S": ""}}}}
+        room = ITEM_LIMIT_BYTES - item_size(grown)
+        update = dict(TableName=table, Key={"pk": {"S": "p"}, "sk": {"S": "m"}}, UpdateExpression="SET m.b = :b")
+        with pytest.raises(ClientError, match="maximum allowed size"):
+            client.update_item(**update, ExpressionAttributeValues={":b": {"S": "y" * (room + 1)}})
+        assert get(client, table, "p", "m") == item
+        client.update_item(**update, ExpressionAttributeValues={":b": {"S": "y" * room}})
+        assert item_size(get(client, table, "p", "m")) == 409_600
+
+    def test_the_size_is_computed_once_per_item_not_once_per_attribute(self, client, table, monkeypatch):
+        from lib.embedded import moto_patches
+
+        calls = []
+        original = moto_patches.item_size
+        monkeypatch.setattr(moto_patches, "item_size", lambda attrs: calls.append(1) or original(attrs))
+        client.put_item(TableName=table, Item=to_item({"pk": "p", "sk": "wide", **{f"a{i}": i for i in range(500)}}))
+        assert len(calls) == 1

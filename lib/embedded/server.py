@@ -1,35 +1,46 @@
-"""The embedded DynamoDB for laptops and tests: moto's server, in-process on 127.0.0.1.
+"""The embedded DynamoDB for laptops and tests: moto's server, in-process on 127.0.0.1, SQLite as its disk.
 
-Every request is serialized by one lock around the WSGI app (stock moto's
-TransactWriteItems checks and applies without one: two tabs sending at once broke
-the invariants in 12-17 of 20 rounds). lib/embedded/moto_patches.py fixes the rest of what
-stock moto gets wrong for long-lived use; both are applied by `LocalDynamo.start`.
+Every request is serialized by one process-wide lock around the WSGI app (moto's
+backend is process-wide; stock moto's TransactWriteItems checks and applies without
+one: two tabs sending at once broke the invariants in 3-17 of 20 rounds across runs).
+lib/embedded/moto_patches.py fixes the rest of what stock moto gets wrong for
+long-lived use; both are applied by `LocalDynamo.start`.
 
-Persistence: after each successful write the final images of the items it touched
-are appended, as one JSON line per request, to `journal.jsonl` before the response
-is sent; on start the snapshot and journal are replayed and compacted into a new
-snapshot. A request that got its response is on disk (in the OS's page cache; an
-OS crash can lose the last moments, a killed process loses nothing).
+With a data folder (lib/embedded/disk.py), acknowledged <=> durable: a write
+request's final item images are committed in one SQLite transaction before its
+response is sent. If that commit fails (disk full, read-only, I/O error, lock file
+gone) the touched partitions are dropped from memory, so they reload exactly as
+stored, and the client gets a retryable 500 InternalServerError: a failed write
+changed nothing anywhere. A request that moto itself refused is undone the same
+way (moto can leave half an update behind). Tables are made from their stored
+requests at start; their items load lazily (lib/embedded/partitions.py).
 """
 from __future__ import annotations
 
-import fcntl
 import io
 import json
 import os
 import re
 import threading
+from collections import defaultdict
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from werkzeug.serving import WSGIRequestHandler, make_server
 
+from lib import logs
 from lib.embedded import moto_patches
+from lib.embedded.disk import Disk, DiskError, key_text
 from lib.errors import StoreUnavailable
 
 ACCOUNT_ID = "123456789012"  # moto's default account
 _WRITE_OPERATIONS = {"PutItem", "UpdateItem", "DeleteItem", "TransactWriteItems", "BatchWriteItem"}
+# Requests that make or change a table: kept on disk as sent, replayed at start.
+_TABLE_CHANGES = {"CreateTable", "UpdateTable", "UpdateTimeToLive"}
 _REGION_RE = re.compile(r"Credential=[^/]+/\d+/([^/]+)/")
+_TARGET = "DynamoDB_20120810."
+# moto's backend is one per process, so is the lock that serializes requests to it.
+REQUEST_LOCK = threading.Lock()
 
 
 def moto_backend(region: str) -> Any:
@@ -37,72 +48,6 @@ def moto_backend(region: str) -> Any:
     from moto.dynamodb.models import dynamodb_backends
 
     return dynamodb_backends[ACCOUNT_ID][region]
-
-
-class Journal:
-    """Snapshot + append-only journal of final item images, one line per write request.
-
-    One process owns a folder at a time (an exclusive lock on `lock`): a second one
-    appending or compacting would lose the first one's writes.
-    """
-
-    def __init__(self, folder: Path):
-        self.folder = Path(folder)
-        self.folder.mkdir(parents=True, exist_ok=True)
-        self.snapshot_path = self.folder / "snapshot.jsonl"
-        self.journal_path = self.folder / "journal.jsonl"
-        self._file: io.TextIOBase | None = None
-        self._lock_file = (self.folder / "lock").open("a+")
-        try:
-            fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            self._lock_file.close()
-            raise StoreUnavailable(
-                f"The local database in {self.folder}/ is in use by another process (another `streamlit run` or "
-                "admin command). Stop it first, or set CHAT_DATA_DIR to another folder.") from None
-
-    def load(self) -> dict[tuple[str, str], dict]:
-        """{(table, key json): item} from the snapshot, then the journal; a torn last line is skipped."""
-        state: dict[tuple[str, str], dict] = {}
-        for path in (self.snapshot_path, self.journal_path):
-            if not path.exists():
-                continue
-            with path.open(encoding="utf-8") as lines:
-                for line in lines:
-                    try:
-                        entry = json.loads(line)
-                    except json.JSONDecodeError:
-                        continue  # a line cut by a crash: that request never got its response
-                    for table, key, item in entry["w"]:
-                        marker = (table, json.dumps(key, sort_keys=True))
-                        if item is None:
-                            state.pop(marker, None)
-                        else:
-                            state[marker] = item
-        return state
-
-    def compact(self, state: dict[tuple[str, str], dict]) -> None:
-        """Write the state as the new snapshot (atomically), then empty the journal."""
-        tmp = self.snapshot_path.with_suffix(".tmp")
-        with tmp.open("w", encoding="utf-8") as out:
-            for (table, key), item in state.items():
-                out.write(json.dumps({"w": [[table, json.loads(key), item]]}, ensure_ascii=False) + "\n")
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, self.snapshot_path)
-        self.journal_path.write_text("", encoding="utf-8")
-
-    def append(self, writes: list[list[Any]]) -> None:
-        if self._file is None:
-            self._file = self.journal_path.open("a", encoding="utf-8")
-        self._file.write(json.dumps({"w": writes}, ensure_ascii=False) + "\n")
-        self._file.flush()
-
-    def close(self) -> None:
-        if self._file is not None:
-            self._file.close()
-            self._file = None
-        self._lock_file.close()  # releases the lock
 
 
 def _touched_keys(operation: str, request: dict) -> list[tuple[str, dict | None, dict | None]]:
@@ -128,43 +73,203 @@ def _touched_keys(operation: str, request: dict) -> list[tuple[str, dict | None,
     return out
 
 
-class _SerializedApp:
-    """WSGI middleware: one request at a time, and journal each successful write before answering."""
+def _error(message: str) -> tuple[str, list, list[bytes]]:
+    """A 500 InternalServerError as DynamoDB sends it: botocore retries it, then raises it with this message."""
+    body = json.dumps({"__type": "com.amazonaws.dynamodb.v20120810#InternalServerError", "message": message}).encode()
+    return ("500 Internal Server Error",
+            [("Content-Type", "application/x-amz-json-1.0"), ("Content-Length", str(len(body)))], [body])
 
-    def __init__(self, app: Callable, journal: Journal | None, default_region: str):
+
+def attach(table: Any, disk: Disk) -> None:
+    """Make a moto table one on `disk`: lazy partitions where moto's table keeps SortedPartitions, else all items."""
+    from lib.embedded.partitions import LazyPartitions, supports_lazy
+
+    table.chat_disk = disk
+    if supports_lazy(table):
+        table.items = LazyPartitions(table, disk)
+        return
+    table.items = defaultdict(dict)
+    after = None
+    while rows := disk.rows_after(table.name, after, 5_000):
+        for pk, sk, image in rows:
+            _place(table, json.loads(image))
+            after = (pk, sk)
+
+
+def _place(table: Any, image: dict) -> None:
+    from lib.embedded.partitions import item_from_wire
+
+    item = item_from_wire(table, image)
+    if table.range_key_attr:
+        table.items[item.hash_key][item.range_key] = item
+    else:
+        table.items[item.hash_key] = item
+
+
+def reload_partition(table: Any, hash_key: Any) -> None:
+    """Make memory match the disk for one partition (after a write that failed or was refused)."""
+    forget = getattr(table.items, "forget", None)
+    if forget is not None:
+        forget(hash_key)
+        return
+    dict.pop(table.items, hash_key, None)
+    for image in table.chat_disk.partition(table.name, key_text(hash_key.type, hash_key.value)):
+        _place(table, json.loads(image))
+
+
+class _SerializedApp:
+    """WSGI middleware: one request at a time; each write committed to disk (or undone) before answering."""
+
+    def __init__(self, app: Callable, disk: Disk | None, default_region: str):
         self._app = app
-        self._journal = journal
+        self._disk = disk
         self._region = default_region
-        self.lock = threading.Lock()
 
     def __call__(self, environ: dict, start_response: Callable) -> Iterable[bytes]:
         length = int(environ.get("CONTENT_LENGTH") or 0)
         body = environ["wsgi.input"].read(length) if length else b""
         environ["wsgi.input"] = io.BytesIO(body)
         operation = environ.get("HTTP_X_AMZ_TARGET", "").rpartition(".")[2]
-        status_holder: list[str] = []
+        match = _REGION_RE.search(environ.get("HTTP_AUTHORIZATION", ""))
+        region = match.group(1) if match else self._region
+        from lib.embedded.partitions import Loads
 
-        def capture(status: str, headers: list, exc_info: Any = None) -> Any:
-            status_holder.append(status)
-            return start_response(status, headers, exc_info)
-
-        with self.lock:
-            chunks = list(self._app(environ, capture))  # run to completion inside the lock
-            if self._journal is not None and operation in _WRITE_OPERATIONS and status_holder[0].startswith("200"):
-                match = _REGION_RE.search(environ.get("HTTP_AUTHORIZATION", ""))
-                self._journal.append(self._images(operation, json.loads(body), match.group(1) if match else self._region))
+        with REQUEST_LOCK:
+            loaded_before = Loads.since_freeze
+            status, headers, chunks = self._serve(environ, operation, body, region)
+            if Loads.since_freeze != loaded_before:
+                self._trim(region)
+            Loads.settle()
+        start_response(status, headers)
         return chunks
 
-    @staticmethod
-    def _images(operation: str, request: dict, region: str) -> list[list[Any]]:
+    def _serve(self, environ: dict, operation: str, body: bytes, region: str) -> tuple[str, list, list[bytes]]:
+        captured: list[Any] = []
+
+        def capture(status: str, headers: list, exc_info: Any = None) -> Callable:
+            captured[:] = [status, headers]
+            return lambda data: None
+
+        request = json.loads(body) if body and (operation in _WRITE_OPERATIONS or operation in _TABLE_CHANGES
+                                                or operation == "DeleteTable") else {}
+        owned_before = self._owned(region, request.get("TableName")) if operation == "DeleteTable" else False
+        failure: DiskError | None = None
+        if self._disk is not None:
+            self._disk.failed = None
+        try:
+            chunks = list(self._app(environ, capture))
+            status, headers = captured
+        except DiskError as exc:  # a partition could not be read from disk
+            failure, status = exc, "500"
+        except Exception as exc:
+            if not isinstance(exc.__cause__ or exc.__context__, DiskError):
+                raise
+            failure, status = exc.__cause__ or exc.__context__, "500"  # type: ignore[assignment]
+        if failure is None and self._disk is not None and self._disk.failed is not None:
+            failure = self._disk.failed  # swallowed by moto (a transaction turns errors into cancellation reasons)
+        ok = status.startswith("200") and failure is None
+        try:
+            if operation in _WRITE_OPERATIONS:
+                self._settle_write(operation, request, region, ok)
+            elif ok and self._disk is not None and operation in _TABLE_CHANGES | {"DeleteTable"}:
+                self._settle_table_change(operation, request, region, owned_before)
+        except DiskError as exc:
+            failure = exc
+        if failure is not None:
+            logs.error("embedded.request_refused", exc_info=False, operation=operation, reason=str(failure))
+            return _error(str(failure))
+        return status, headers, chunks
+
+    def _owned(self, region: str, table_name: str | None) -> bool:
+        table = moto_backend(region).tables.get(table_name) if table_name else None
+        return table is not None and self._disk is not None and getattr(table, "chat_disk", None) is self._disk
+
+    def _settle_write(self, operation: str, request: dict, region: str, ok: bool) -> None:
+        """Commit the final images of what a successful write touched; undo in memory what a failed one touched."""
         backend = moto_backend(region)
-        writes = []
+        touched: dict[Disk, list[tuple[Any, Any, Any]]] = {}
         for table_name, key, item in _touched_keys(operation, request):
-            table = backend.get_table(table_name)
-            key = key or {a: item[a] for a in (table.hash_key_attr, table.range_key_attr) if a}
-            current = backend.get_item(table_name, key)
-            writes.append([table_name, key, current.to_json()["Attributes"] if current else None])
-        return writes
+            table = backend.tables.get(table_name)
+            disk = getattr(table, "chat_disk", None)
+            if disk is None:
+                continue  # an in-memory table
+            try:
+                hash_key, range_key = backend.get_keys_value(table, key or item or {})
+            except Exception:
+                continue  # moto refused the malformed key itself
+            touched.setdefault(disk, []).append((table, hash_key, range_key))
+        for disk, keys in touched.items():
+            try:
+                if not ok:
+                    raise _Undo
+                writes = []
+                for table, hash_key, range_key in keys:
+                    current = table.get_item(hash_key, range_key)
+                    writes.append((table.name, key_text(hash_key.type, hash_key.value),
+                                   key_text(range_key.type, range_key.value) if range_key is not None else "",
+                                   json.dumps(current.to_json()["Attributes"], ensure_ascii=False)
+                                   if current is not None else None))
+                disk.commit(writes)
+            except (_Undo, DiskError):
+                for table, hash_key, _ in keys:
+                    reload_partition(table, hash_key)
+                if ok:
+                    raise
+
+    def _settle_table_change(self, operation: str, request: dict, region: str, owned_before: bool) -> None:
+        backend = moto_backend(region)
+        name = request["TableName"]
+        if operation == "DeleteTable":
+            if owned_before:
+                try:
+                    self._disk.drop_table(name)
+                except DiskError:
+                    restore_table(self._app, self._disk, region, name)  # still on disk: serve it again
+                    raise
+            return
+        if operation == "CreateTable":
+            try:
+                self._disk.record_table_request(name, operation, request)
+            except DiskError:
+                backend.delete_table(name)
+                raise
+            attach(backend.get_table(name), self._disk)
+        elif self._owned(region, name):
+            self._disk.record_table_request(name, operation, request)
+
+    def _trim(self, region: str) -> None:
+        for table in list(moto_backend(region).tables.values()):
+            trim = getattr(table.items, "trim", None)
+            if trim is not None:
+                trim()
+
+
+class _Undo(Exception):
+    """A write moto refused: reload what it touched."""
+
+
+def _call_moto(app: Callable, region: str, operation: str, request: dict) -> tuple[int, dict]:
+    """One request straight into moto's WSGI app (no HTTP, no middleware): how stored table requests replay."""
+    from werkzeug.test import Client
+
+    response = Client(app).post("/", data=json.dumps(request), headers={
+        "X-Amz-Target": _TARGET + operation, "Content-Type": "application/x-amz-json-1.0",
+        "Authorization": f"AWS4-HMAC-SHA256 Credential=local/20260101/{region}/dynamodb/aws4_request, "
+                         "SignedHeaders=host, Signature=0"})
+    return response.status_code, json.loads(response.get_data() or b"{}")
+
+
+def restore_table(app: Callable, disk: Disk, region: str, name: str) -> None:
+    """Make one stored table in moto again from its requests, and put it on disk (its items stay unloaded)."""
+    for table, operation, request in disk.table_requests():
+        if table != name:
+            continue
+        status, answer = _call_moto(app, region, operation, request)
+        if status != 200:
+            raise StoreUnavailable(f"The local database in {disk.folder}/ holds a table '{name}' that the embedded "
+                                   f"server refused to make ({answer.get('__type', status)}): move the folder away, "
+                                   "or restore a backup with `python -m lib.admin restore FILE --force`.")
+    attach(moto_backend(region).get_table(name), disk)
 
 
 class _QuietHandler(WSGIRequestHandler):
@@ -175,14 +280,16 @@ class _QuietHandler(WSGIRequestHandler):
 
 
 class LocalDynamo:
-    """moto's DynamoDB on 127.0.0.1:<free port>, serialized, optionally persisted to `data_dir`."""
+    """moto's DynamoDB on 127.0.0.1:<free port>, serialized, optionally stored in `data_dir` (SQLite)."""
 
     def __init__(self, data_dir: str | os.PathLike | None = None, region: str = "us-east-1"):
         self.data_dir = Path(data_dir) if data_dir else None
         self.region = region
         self._server: Any = None
         self._thread: threading.Thread | None = None
-        self._journal: Journal | None = None
+        self.disk: Disk | None = None
+        self.tables: list[str] = []  # the tables this server put into moto from its disk
+        self.migrated: str | None = None  # what start imported from an old journal, if anything
 
     @property
     def endpoint_url(self) -> str:
@@ -190,34 +297,49 @@ class LocalDynamo:
         return f"http://{host}:{port}"
 
     def start(self) -> "LocalDynamo":
+        """Open and check the disk, make its tables, then serve; all or nothing (StoreUnavailable/ConfigError)."""
         from moto.moto_server.werkzeug_app import create_backend_app
 
         moto_patches.apply()
-        if self.data_dir is not None:
-            self._journal = Journal(self.data_dir)
-        app = _SerializedApp(create_backend_app("dynamodb"), self._journal, self.region)
-        self._server = make_server("127.0.0.1", 0, app, threaded=True, request_handler=_QuietHandler)
+        moto_app = create_backend_app("dynamodb")
+        try:
+            if self.data_dir is not None:
+                from lib.embedded import migrate
+
+                self.disk = Disk.open(self.data_dir)
+                self.migrated = migrate.import_journal(self.disk)
+                self._restore_tables(moto_app)
+            app = _SerializedApp(moto_app, self.disk, self.region)
+            self._server = make_server("127.0.0.1", 0, app, threaded=True, request_handler=_QuietHandler)
+        except BaseException:
+            self.stop()
+            raise
         self._thread = threading.Thread(target=self._server.serve_forever, name="local-dynamodb", daemon=True)
         self._thread.start()
         return self
 
-    def restore(self, create: Callable[[str], None]) -> int:
-        """Replay snapshot + journal into the backend (tables made by `create`), then compact. Returns items restored."""
-        if self._journal is None:
-            return 0
-        state = self._journal.load()
+    def _restore_tables(self, moto_app: Callable) -> None:
         backend = moto_backend(self.region)
-        for table_name in sorted({table for table, _ in state}):
-            if table_name not in backend.tables:
-                create(table_name)
-        for (table_name, _), item in state.items():
-            backend.put_item(table_name, item)
-        self._journal.compact(state)
-        return len(state)
+        names = list(dict.fromkeys(table for table, _, _ in self.disk.table_requests()))
+        with REQUEST_LOCK:
+            for name in names:
+                if name in backend.tables:
+                    raise StoreUnavailable(f"Table '{name}' of {self.disk.folder}/ is already served by another "
+                                           "local database in this process: use one CHAT_DATA_DIR per process.")
+                restore_table(moto_app, self.disk, self.region, name)
+                self.tables.append(name)
 
     def stop(self) -> None:
+        """Stop serving, take this disk's tables out of moto, release the folder."""
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
-        if self._journal is not None:
-            self._journal.close()
+            self._server = None
+        if self.disk is not None:
+            with REQUEST_LOCK:
+                backend = moto_backend(self.region)
+                for name, table in list(backend.tables.items()):
+                    if getattr(table, "chat_disk", None) is self.disk:
+                        del backend.tables[name]
+            self.disk.close()
+            self.disk = None

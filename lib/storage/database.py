@@ -41,13 +41,23 @@ class Database:
 
 
 def local_server(data_dir: str | None, region: str) -> LocalDynamo:
-    """The process's embedded DynamoDB for `data_dir`, started (and restored) on first use."""
+    """The process's embedded DynamoDB for `data_dir`, started on first use. A start that fails (a damaged, locked
+    or unwritable folder) raises StoreUnavailable/ConfigError and leaves nothing behind: the next call tries
+    again, so no page is ever served by a half-started database."""
     with _local_lock:
         server = _local_servers.get(data_dir)
         if server is None:
             server = LocalDynamo(data_dir, region).start()
             _local_servers[data_dir] = server
         return server
+
+
+def stop_local_server(data_dir: str | None) -> None:
+    """Stop the process's server for `data_dir` (if any) and release its folder (tests, admin restore)."""
+    with _local_lock:
+        server = _local_servers.pop(data_dir, None)
+    if server is not None:
+        server.stop()
 
 
 def local_client(server: LocalDynamo) -> Any:
@@ -63,9 +73,8 @@ def open_database(settings: Settings) -> Database:
         server = local_server(data_dir, settings.region)
         client = meter.install(local_client(server))
         with _local_lock:
-            if not table_exists(client, settings.table):
+            if not table_exists(client, settings.table):  # tables on disk were made again by the server's start
                 create_table(client, settings.table)
-                server.restore(lambda name: None if name == settings.table else create_table(client, name))
         where = (f"local embedded DynamoDB, saved in {data_dir}/" if data_dir
                  else "local embedded DynamoDB, in memory only (lost when the app stops)")
         return Database(client, settings.table, meter, where, local=True)

@@ -17,9 +17,7 @@ from botocore.exceptions import ClientError
 from lib import logs
 from lib.errors import (
     ChatError,
-    EmptyMessage,
     InvalidCursor,
-    InvalidTitle,
     ItemTooLarge,
     MessageNotFound,
     MessageNotPending,
@@ -29,30 +27,21 @@ from lib.errors import (
     SessionNotFound,
     StoreUnavailable,
 )
-from lib.storage import keys
+from lib.storage import items, keys
+from lib.storage.items import ANSWER_RESERVE_BYTES, QUESTION_LIMIT_BYTES, TITLE_MAX_CHARS, default_title
 from lib.storage.cursor import CursorCodec
 from lib.storage.gateway import Gateway, cancellation_codes, error_code, from_item, storable_text, to_item
-from lib.storage.itemsize import ITEM_LIMIT_BYTES, item_size
+from lib.storage.itemsize import item_size
 from lib.storage.records import DONE, FAILED, PENDING, Message, Page, Session, SessionSummary, SessionView
 from lib.usage.capacity import Meter
 
-__all__ = ["ChatStore", "default_title", "from_item", "to_item"]
+# Re-exported: callers import these from the store they write through.
+__all__ = ["ANSWER_RESERVE_BYTES", "QUESTION_LIMIT_BYTES", "TITLE_MAX_CHARS", "ChatStore", "default_title",
+           "from_item", "to_item"]
 
 SIDEBAR_PAGE = 20
 TURNS_PAGE = 20
-TITLE_MAX_CHARS = 120  # keeps meta and list items far under 1 KB (1 WRU each)
-ANSWER_RESERVE_BYTES = 4 * 1024  # a question may fill the item only up to this much short of 400 KB
-QUESTION_LIMIT_BYTES = ITEM_LIMIT_BYTES - ANSWER_RESERVE_BYTES
 MAX_RACE_RETRIES = 3
-
-
-def default_title(question: str) -> str:
-    """The first words of the question, on one line, cut at a word boundary."""
-    words = " ".join(question.split())
-    if len(words) <= 60:
-        return words
-    cut = words[:60].rsplit(" ", 1)[0] or words[:60]
-    return cut + "…"
 
 
 class ChatStore:
@@ -66,53 +55,22 @@ class ChatStore:
     def _call(self, operation: str, **params: Any) -> dict:
         return self._db.call(operation, **params)
 
-    @staticmethod
-    def _sizes(*items: dict) -> dict[tuple[str, str], int]:
-        """(pk, sk) -> stored size of wire-format items this write replaces: the meter bills the larger image."""
-        return {(i["pk"]["S"], i["sk"]["S"]): item_size(i) for i in items}
-
     # --- writes ---------------------------------------------------------
-
-    def _pending_message(self, user_id: str, session_id: str, input_body: str, system_prompt_id: str, at: str,
-                         message_id: str) -> tuple[dict, Message]:
-        if not isinstance(input_body, str) or not input_body.strip():
-            raise EmptyMessage("Type a question first.")
-        input_body = storable_text(input_body)
-        values = {
-            **keys.message_key(user_id, session_id, message_id),
-            "message_id": message_id,
-            "session_id": session_id,
-            "create_time": at,
-            "input_body": input_body,
-            "system_prompt_id": system_prompt_id,
-            "status": PENDING,
-        }
-        item = to_item(values)
-        size = item_size(item)  # the stored item's size by DynamoDB's rule, keys and names included
-        if size > QUESTION_LIMIT_BYTES:
-            over = size - QUESTION_LIMIT_BYTES
-            raise MessageTooLarge(
-                f"Your message is {over:,} byte{'' if over == 1 else 's'} over the limit of {QUESTION_LIMIT_BYTES:,} "
-                f"bytes ({QUESTION_LIMIT_BYTES // 1024:,} KB) per turn: DynamoDB stores a question and its answer "
-                "in one item of at most 400 KB. Shorten it or split it over several messages."
-            )
-        message = Message(message_id, session_id, at, input_body, system_prompt_id, size=size)
-        return item, message
 
     def create_session(self, user_id: str, input_body: str, *, system_prompt_id: str,
                        title: str | None = None) -> tuple[Session, Message]:
         """Commit a new session and its pending first question in one transaction of 3 Puts."""
         session_id, at = keys.new_id(), keys.now()
-        message_item, message = self._pending_message(user_id, session_id, input_body, system_prompt_id, at, keys.new_id())
-        session = Session(session_id, user_id, self._valid_title(title or default_title(input_body)), at, at, 1)
+        message_item, message = items.pending_message(user_id, session_id, input_body, system_prompt_id, at, keys.new_id())
+        session = Session(session_id, user_id, items.valid_title(title or default_title(input_body)), at, at, 1)
         with self._db.action("create", user_id), self._outcome_checked(user_id, message, committed_index=2):
             self._call("transact_write_items", TransactItems=[
                 {"Put": {  # meta; the condition makes a duplicated id fail instead of overwriting a session
                     "TableName": self._table,
-                    "Item": to_item({**keys.meta_key(user_id, session_id), **self._meta_values(session)}),
+                    "Item": items.meta_item(user_id, session),
                     "ConditionExpression": "attribute_not_exists(pk)",
                 }},
-                {"Put": {"TableName": self._table, "Item": self._list_item(user_id, session)}},
+                {"Put": {"TableName": self._table, "Item": items.list_item(user_id, session)}},
                 {"Put": {  # the question, durable before the model is called
                     "TableName": self._table,
                     "Item": message_item,
@@ -129,8 +87,8 @@ class ChatStore:
         no read precedes the write. Raises SessionChanged if other tabs keep winning.
         """
         message_id = keys.new_id()
-        message_item, message = self._pending_message(user_id, session.session_id, input_body, system_prompt_id,
-                                                      session.last_message_time, message_id)
+        message_item, message = items.pending_message(user_id, session.session_id, input_body, system_prompt_id,
+                                                        session.last_message_time, message_id)
         for attempt in range(MAX_RACE_RETRIES + 1):
             at = keys.later_than(session.last_message_time)
             message_item["create_time"] = {"S": at}
@@ -200,8 +158,8 @@ class ChatStore:
 
     def _session_sizes(self, user_id: str, session: Session) -> dict[tuple[str, str], int]:
         """Sizes of the meta and sidebar row a send or rename replaces (the store wrote them, so it knows them)."""
-        meta = to_item({**keys.meta_key(user_id, session.session_id), **self._meta_values(session)})
-        return self._sizes(meta, self._list_item(user_id, session))
+        meta = items.meta_item(user_id, session)
+        return items.sizes(meta, items.list_item(user_id, session))
 
     def _send_transaction(self, user_id: str, session: Session, message_item: dict, at: str) -> None:
         old = session.last_message_time
@@ -225,7 +183,7 @@ class ChatStore:
             }},
             {"Put": {  # 4. the new sidebar row, at the top
                 "TableName": self._table,
-                "Item": self._list_item(user_id, replace(session, last_message_time=at)),
+                "Item": items.list_item(user_id, replace(session, last_message_time=at)),
             }},
         ])
 
@@ -249,7 +207,7 @@ class ChatStore:
 
     def _complete(self, user_id: str, message: Message, status: str, *, output_body: str, **fields: Any) -> Message:
         fields = {k: storable_text(v) if isinstance(v, str) else v for k, v in fields.items() if v is not None}
-        output_body, truncated = self._fit_answer(user_id, message, storable_text(output_body), fields)
+        output_body, truncated = items.fit_answer(user_id, message, storable_text(output_body), fields)
         values = {"output_body": output_body, "output_truncated": truncated, **fields}
         # Every attribute goes through a #placeholder: status and error are reserved words.
         sets = ", ".join(f"#{name} = :{name}" for name in values)
@@ -269,19 +227,6 @@ class ChatStore:
             refused=lambda old: MessageNotFound("That message does not exist.") if old is None else
             MessageNotPending("This answer was already saved (perhaps from another tab)."),
         )
-
-    def _fit_answer(self, user_id: str, message: Message, output_body: str, fields: dict) -> tuple[str, bool]:
-        """Cut the answer so the finished item stays under 400 KB; the flag tells the reader."""
-        values = {**keys.message_key(user_id, message.session_id, message.message_id),
-                  "message_id": message.message_id, "session_id": message.session_id,
-                  "create_time": message.create_time, "input_body": message.input_body,
-                  "system_prompt_id": message.system_prompt_id, "status": PENDING,
-                  "output_truncated": True, "output_body": "", **fields}
-        room = ITEM_LIMIT_BYTES - item_size(to_item(values)) - 64  # slack for attribute names set later
-        encoded = output_body.encode("utf-8")
-        if len(encoded) <= room:
-            return output_body, False
-        return encoded[:max(room, 0)].decode("utf-8", errors="ignore"), True
 
     def restart_message(self, user_id: str, message: Message) -> Message:
         """Put a failed or interrupted turn back to pending for Retry: the same question, no duplicate (1 UpdateItem)."""
@@ -331,7 +276,7 @@ class ChatStore:
 
         `action` labels the requests for the meter: "title" when the model wrote the title.
         """
-        title = self._valid_title(title)
+        title = items.valid_title(title)
         for attempt in range(MAX_RACE_RETRIES + 1):
             try:
                 with self._db.action(action, user_id, prior=self._session_sizes(user_id, session)):
@@ -360,24 +305,6 @@ class ChatStore:
                 with self._db.action(action, user_id):
                     session = self.get_session(user_id, session.session_id)
         raise AssertionError("unreachable")
-
-    @staticmethod
-    def _valid_title(title: str) -> str:
-        title = " ".join(storable_text(str(title)).split())
-        if not title or len(title) > TITLE_MAX_CHARS:
-            raise InvalidTitle(f"A title must be 1 to {TITLE_MAX_CHARS} characters.")
-        return title
-
-    @staticmethod
-    def _meta_values(session: Session) -> dict[str, Any]:
-        return {"session_id": session.session_id, "user_id": session.user_id, "title": session.title,
-                "create_time": session.create_time, "last_message_time": session.last_message_time,
-                "message_count": session.message_count}
-
-    @staticmethod
-    def _list_item(user_id: str, session: Session) -> dict:
-        return to_item({**keys.list_key(user_id, session.last_message_time, session.session_id),
-                        "session_id": session.session_id, "title": session.title})
 
     # --- reads ----------------------------------------------------------
 

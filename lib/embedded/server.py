@@ -314,7 +314,9 @@ class LocalDynamo:
         except BaseException:
             self.stop()
             raise
-        self._thread = threading.Thread(target=self._server.serve_forever, name="local-dynamodb", daemon=True)
+        # A short poll interval: `stop` (tests, admin restore) waits for the loop to notice.
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
+                                        name="local-dynamodb", daemon=True)
         self._thread.start()
         return self
 

@@ -36,8 +36,23 @@ def main(argv: list[str] | None = None) -> int:
     seed = commands.add_parser("seed-demo", help="fill the table with a few weeks of demo chats and usage")
     seed.add_argument("--days", type=int, default=21)
     seed.add_argument("--allow-aws", action="store_true", help="required to seed a table on AWS")
+    # Data in and out (lib/ops/backup.py).
+    backup = commands.add_parser("backup", help="copy the local database to a new file (works while the app runs)")
+    backup.add_argument("--out", required=True)
+    restore = commands.add_parser("restore", help="make a backup the local database (stop the app first)")
+    restore.add_argument("file")
+    restore.add_argument("--force", action="store_true", help="replace an existing database (kept, renamed)")
+    export = commands.add_parser("export-table", help="write the table's items as DynamoDB JSON lines")
+    export.add_argument("--out", required=True)
+    load = commands.add_parser("import-table", help="put the items of an export-table file into the table")
+    load.add_argument("file")
+    load.add_argument("--merge", action="store_true", help="import into a table that already holds items")
     args = parser.parse_args(argv)
     settings = Settings.load(for_operator=True)  # operator commands serve no browser: no sign-in settings needed
+    if args.command in ("backup", "restore", "export-table", "import-table"):
+        from lib.ops.backup import run
+
+        return run(args.command, settings, args)
     if args.command == "create-table":
         print(create_aws_table(settings))
     elif args.command == "check":

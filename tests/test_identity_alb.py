@@ -206,3 +206,36 @@ class TestAlbIdentity:
         resolve(settings, {"x-amzn-oidc-data": sign(key)}, {}, session=session)
         with pytest.raises(NotAuthenticated):
             resolve(settings, {"x-amzn-oidc-data": sign(key, signer=OTHER_ARN)}, {}, session=session)
+
+
+@pytest.mark.usefixtures("app_env")
+class TestTheChatPageBehindTheAlb:
+    @pytest.fixture
+    def alb_env(self, monkeypatch, keys):
+        alb_token._verifiers.clear()
+        monkeypatch.setenv("CHAT_IDENTITY", "alb")
+        monkeypatch.setenv("CHAT_ALB_ARN", ARN)
+        monkeypatch.setenv("CHAT_ALB_KEY_URL", keys.url)
+
+    def test_a_verified_token_signs_the_user_in(self, alb_env, key, monkeypatch):
+        from lib.web import ui
+        from tests.pages import new_browser, send, services
+
+        monkeypatch.setattr(ui, "request_headers", lambda: {"X-Amzn-Oidc-Data": sign(key)})
+        at = new_browser()
+        assert not at.exception and at.chat_input
+        assert any("Signed in as **Alice**" in c.value for c in at.sidebar.caption)
+        send(at, "hello from behind the load balancer")
+        assert not at.exception
+        sessions = services().store.list_sessions("alice@example.com").items
+        assert [s.title for s in sessions] == ["Hello from behind the load balancer"]
+
+    def test_a_forged_token_gets_the_sign_in_error_and_no_chat(self, alb_env, key, monkeypatch):
+        from lib.web import ui
+        from tests.pages import new_browser
+
+        monkeypatch.setattr(ui, "request_headers",
+                            lambda: {"X-Amzn-Oidc-Data": sign(ec.generate_private_key(ec.SECP256R1()))})
+        at = new_browser()
+        assert not at.exception and not at.chat_input
+        assert "could not be verified" in at.error[0].value

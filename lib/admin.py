@@ -7,6 +7,7 @@ import sys
 import boto3
 
 from lib.config import Settings
+from lib.ops import commands as data_care
 from lib.storage.database import RETRIES
 from lib.storage.schema import TTL_ATTRIBUTE, create_table, table_exists
 
@@ -31,8 +32,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m lib.admin", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("create-table", help="create the DynamoDB table on AWS (uses CHAT_TABLE, CHAT_REGION)")
-    check = commands.add_parser("check", help="verify the store's invariants for a user")
-    check.add_argument("--user", required=True)
+    # Data care: check, repair, users, purge-user, export-user, retention, sweep-pending (lib/ops/commands.py).
+    data_care.register(commands)
     seed = commands.add_parser("seed-demo", help="fill the table with a few weeks of demo chats and usage")
     seed.add_argument("--days", type=int, default=21)
     seed.add_argument("--allow-aws", action="store_true", help="required to seed a table on AWS")
@@ -53,21 +54,10 @@ def main(argv: list[str] | None = None) -> int:
         from lib.ops.backup import run
 
         return run(args.command, settings, args)
+    if args.command in data_care.NAMES:
+        return data_care.run(args, settings)
     if args.command == "create-table":
         print(create_aws_table(settings))
-    elif args.command == "check":
-        from lib.storage.database import open_database
-        from lib.ops.invariants import check_user
-
-        database = open_database(settings)
-        report = check_user(database.client, database.table, args.user, pending_timeout_s=settings.pending_timeout_s)
-        print(f"{report.user_id}: {report.sessions} sessions, {report.messages} turns, "
-              f"{len(report.violations)} violations, {len(report.stale_pending)} stale pending turns")
-        for line in report.violations:
-            print(f"  VIOLATION {line}")
-        for session_id, message_id in report.stale_pending:
-            print(f"  stale pending: session {session_id} message {message_id}")
-        return 0 if report.ok else 1
     elif args.command == "seed-demo":
         if settings.backend == "aws" and not args.allow_aws:
             print("Refusing to write demo data to AWS without --allow-aws.", file=sys.stderr)

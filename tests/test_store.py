@@ -25,10 +25,14 @@ def transact_actions(params):
 
 
 class TestRequestBudget:
-    def test_create_session_is_one_transaction_of_three_puts(self, store, requests):
+    def test_create_session_is_one_transaction_of_three_puts_and_the_registry(self, store, requests, client, table):
         store.create_session(A, "hello", system_prompt_id=PROMPT)
         assert requests.names == ["TransactWriteItems"]
-        assert transact_actions(requests.calls[0][1]) == ["Put", "Put", "Put"]
+        assert transact_actions(requests.calls[0][1]) == ["Put", "Put", "Put", "Update"]
+        first = client.get_item(TableName=table, Key=to_item(keys.registry_key(A)))["Item"]
+        store.create_session(A, "again", system_prompt_id=PROMPT)
+        second = client.get_item(TableName=table, Key=to_item(keys.registry_key(A)))["Item"]
+        assert second["first_time"] == first["first_time"] and second["last_create_time"]["S"] > first["last_create_time"]["S"]
 
     def test_send_is_one_transaction_of_four_actions_and_no_read(self, store, requests):
         session, _ = store.create_session(A, "hello", system_prompt_id=PROMPT)

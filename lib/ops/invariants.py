@@ -1,22 +1,57 @@
-"""The store's invariants for one user, checked from the table itself (`python -m lib.admin check --user <id>`).
+"""The store's invariants, checked from the table itself, and the repairs that are mechanical.
 
-For every session of the user:
-  - exactly one sidebar row (list item), at the meta's last_message_time, with the meta's title;
-  - message_count equals the number of message items;
-  - last_message_time equals the newest message's create_time;
-and, as a report rather than a violation, the turns still pending after the timeout.
-Reads: one Query for the sidebar rows (paged), one Query per session (paged). An operator tool, not a page.
+    python -m lib.admin check --user <id> [--deep]     one user (--deep also finds partitions no row points to)
+    python -m lib.admin check --all                     every user: one Scan of the table
+    python -m lib.admin repair (--user <id> | --all) [--dry-run]
+
+For every session of a user:
+  - exactly one sidebar row, at the meta's last_message_time, with the meta's title;
+  - message_count equals the number of turns stored;
+  - last_message_time equals the newest turn's create_time;
+  - no turns without a meta (what a lost write or a half-copied table leaves), no row without a meta;
+  - every record's sort key is one the store knows (lib.storage.keys.record_kind).
+Turns still pending after the timeout are listed, not counted as violations (`sweep-pending` ends them).
+
+Reads: `--user` is one Query of the user's partition plus one per session; `--deep` adds a Scan filtered
+to the user's session partitions (billed on the whole table: an operator tool); `--all` is one Scan.
 """
 from __future__ import annotations
 
 import datetime as dt
-from collections import Counter
+from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterable
 
 from lib.storage import keys
-from lib.storage.records import Message, Session
 from lib.storage.gateway import Gateway, from_item, to_item
+from lib.storage.records import Message, Session
+
+# What a check reads of each item: everything but the bodies (Scan and Query bill whole items anyway; this
+# keeps chat text out of the operator's memory and terminal).
+_PROJECTION = "pk, sk, session_id, user_id, title, create_time, last_message_time, message_count, message_id, " \
+              "#status, attempt_time, system_prompt_id"
+_NAMES = {"#status": "status"}
+
+
+@dataclass
+class Violation:
+    """One broken invariant; `repair` names the mechanical fix, None when an operator must decide."""
+
+    session_id: str | None
+    what: str
+    repair: str | None = None
+
+    def __str__(self) -> str:
+        where = f"session {self.session_id}: " if self.session_id else ""
+        return where + self.what
+
+
+@dataclass
+class SessionRecords:
+    rows: list[dict] = field(default_factory=list)
+    meta: dict | None = None
+    turns: list[dict] = field(default_factory=list)
+    unknown: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -24,49 +59,128 @@ class Report:
     user_id: str
     sessions: int = 0
     messages: int = 0
-    violations: list[str] = field(default_factory=list)
+    problems: list[Violation] = field(default_factory=list)
     stale_pending: list[tuple[str, str]] = field(default_factory=list)  # (session_id, message_id)
+    records: dict[str, SessionRecords] = field(default_factory=dict, repr=False)
+
+    @property
+    def violations(self) -> list[str]:
+        return [str(p) for p in self.problems]
 
     @property
     def ok(self) -> bool:
-        return not self.violations
+        return not self.problems
 
 
-def _query_all(client: Any, table: str, **params: Any) -> list[dict]:
-    return [from_item(i) for i in Gateway(client, table).query_all(ConsistentRead=True, **params)]
+class Collector:
+    """Sorts items (plain values) into users and sessions by their keys; ignores partitions of no user."""
+
+    def __init__(self) -> None:
+        self.users: dict[str, dict[str, SessionRecords]] = defaultdict(lambda: defaultdict(SessionRecords))
+        self.user_unknown: dict[str, list[str]] = defaultdict(list)
+
+    def add(self, item: dict) -> None:
+        owner = keys.parse_pk(item["pk"])
+        if owner is None:
+            return  # the usage ledger and anything else outside USER#
+        user_id, session_id = owner
+        kind = keys.record_kind(item["sk"])
+        if session_id is None:
+            if kind == keys.LIST_ROW:
+                self.users[user_id][keys.list_row_parts(item["sk"])[1]].rows.append(item)
+            elif kind not in (keys.MEMORY, keys.VECTOR, keys.PURGE):
+                self.user_unknown[user_id].append(item["sk"])
+            else:
+                self.users[user_id]  # the user exists even with no session  # noqa: B018
+            return
+        records = self.users[user_id][session_id]
+        if kind == keys.META:
+            records.meta = item
+        elif kind == keys.TURN:
+            records.turns.append(item)
+        elif kind != keys.SUMMARY:
+            records.unknown.append(item["sk"])
+
+
+def _judge(user_id: str, sessions: dict[str, SessionRecords], unknown: list[str], *, pending_timeout_s: float,
+           at: dt.datetime | None) -> Report:
+    report = Report(user_id, records=dict(sessions))
+    report.problems += [Violation(None, f"unknown record {sk!r} in the user's partition") for sk in unknown]
+    for session_id, records in sorted(sessions.items()):
+        turns = [Message.from_item({"input_body": "", **t}) for t in records.turns]  # bodies are not read
+        report.messages += len(turns)
+        report.problems += [Violation(session_id, f"unknown record {sk!r}") for sk in records.unknown]
+        if records.meta is None:
+            if turns:
+                report.problems.append(Violation(session_id, f"{len(turns)} turns but no meta (orphaned turns)",
+                                                 "rebuild the meta and sidebar row from the turns"))
+            if records.rows:
+                report.problems.append(Violation(session_id, "has a sidebar row but no meta",
+                                                 None if turns else "delete the sidebar row"))
+            continue
+        report.sessions += 1
+        meta = Session.from_item(records.meta)
+        times = [keys.list_row_parts(r["sk"])[0] for r in records.rows]
+        if len(records.rows) != 1:
+            report.problems.append(Violation(session_id, f"has {len(records.rows)} sidebar rows",
+                                             "keep one row, at the meta's time"))
+        elif times[0] != meta.last_message_time:
+            report.problems.append(Violation(session_id, f"sidebar row at {times[0]}, meta at "
+                                             f"{meta.last_message_time}", "keep one row, at the meta's time"))
+        elif records.rows[0].get("title") != meta.title:
+            report.problems.append(Violation(session_id, "sidebar title differs from the meta's",
+                                             "copy the meta's title to the row"))
+        if meta.message_count != len(turns):
+            report.problems.append(Violation(session_id, f"message_count {meta.message_count}, {len(turns)} "
+                                             "turns stored", "set message_count to the turns stored"))
+        if turns and max(t.create_time for t in turns) != meta.last_message_time:
+            report.problems.append(Violation(session_id, "newest turn is not at last_message_time"))
+        report.stale_pending += [(session_id, t.message_id) for t in turns if t.is_stale(pending_timeout_s, at)]
+    return report
+
+
+def _session_items(db: Gateway, user_id: str, session_id: str) -> list[dict]:
+    return [from_item(i) for i in db.query_all(
+        KeyConditionExpression="pk = :pk", ConsistentRead=True, ProjectionExpression=_PROJECTION,
+        ExpressionAttributeNames=_NAMES, ExpressionAttributeValues=to_item({":pk": keys.session_pk(user_id, session_id)}))]
 
 
 def check_user(client: Any, table: str, user_id: str, *, pending_timeout_s: float = 300,
-               at: dt.datetime | None = None) -> Report:
-    report = Report(user_id)
-    rows = _query_all(client, table, KeyConditionExpression="pk = :pk AND begins_with(sk, :p)",
-                      ExpressionAttributeValues=to_item({":pk": keys.user_pk(user_id), ":p": keys.SESSION_PREFIX}))
-    per_session = Counter(row["session_id"] for row in rows)
-    for session_id, count in per_session.items():
-        if count != 1:
-            report.violations.append(f"session {session_id} has {count} sidebar rows")
-    report.sessions = len(per_session)
-    for session_id in per_session:
-        items = _query_all(client, table, KeyConditionExpression="pk = :pk",
-                           ExpressionAttributeValues=to_item({":pk": keys.session_pk(user_id, session_id)}))
-        metas = [i for i in items if i["sk"] == keys.META_SK]
-        if not metas:
-            report.violations.append(f"session {session_id} has a sidebar row but no meta")
-            continue
-        meta = Session.from_item(metas[0])
-        messages = [Message.from_item(i) for i in items if i["sk"].startswith(keys.MESSAGE_PREFIX)]
-        report.messages += len(messages)
-        for row in (r for r in rows if r["session_id"] == session_id):
-            row_time = row["sk"].split("#")[1]
-            if row_time != meta.last_message_time:
-                report.violations.append(f"session {session_id}: sidebar row at {row_time}, meta at "
-                                         f"{meta.last_message_time}")
-            if row["title"] != meta.title:
-                report.violations.append(f"session {session_id}: sidebar title {row['title']!r} != {meta.title!r}")
-        if meta.message_count != len(messages):
-            report.violations.append(f"session {session_id}: message_count {meta.message_count}, "
-                                     f"{len(messages)} messages stored")
-        if messages and max(m.create_time for m in messages) != meta.last_message_time:
-            report.violations.append(f"session {session_id}: newest message is not at last_message_time")
-        report.stale_pending += [(session_id, m.message_id) for m in messages if m.is_stale(pending_timeout_s, at)]
-    return report
+               at: dt.datetime | None = None, deep: bool = False, db: Gateway | None = None) -> Report:
+    """One user's report: from the sidebar rows (and, `deep`, every session partition the table holds)."""
+    db = db or Gateway(client, table)
+    collector = Collector()
+    for item in db.query_all(KeyConditionExpression="pk = :pk", ConsistentRead=True,
+                             ExpressionAttributeValues=to_item({":pk": keys.user_pk(user_id)})):
+        collector.add(from_item(item))
+    if deep:
+        for item in _scan(db, FilterExpression="begins_with(pk, :prefix)",
+                          ExpressionAttributeValues=to_item({":prefix": keys.session_partition_prefix(user_id)})):
+            collector.add(item)
+    else:
+        for session_id in list(collector.users[user_id]):
+            for item in _session_items(db, user_id, session_id):
+                collector.add(item)
+    return _judge(user_id, collector.users[user_id], collector.user_unknown[user_id],
+                  pending_timeout_s=pending_timeout_s, at=at)
+
+
+def check_all(db: Gateway, *, pending_timeout_s: float = 300, at: dt.datetime | None = None) -> list[Report]:
+    """Every user's report, from one Scan of the table."""
+    collector = Collector()
+    for item in _scan(db):
+        collector.add(item)
+    users = set(collector.users) | set(collector.user_unknown)
+    return [_judge(u, collector.users[u], collector.user_unknown[u], pending_timeout_s=pending_timeout_s, at=at)
+            for u in sorted(users)]
+
+
+def _scan(db: Gateway, **params: Any) -> Iterable[dict]:
+    names = {**_NAMES, **params.pop("ExpressionAttributeNames", {})}
+    while True:
+        response = db.call("scan", ConsistentRead=True, ProjectionExpression=_PROJECTION,
+                           ExpressionAttributeNames=names, **params)
+        yield from (from_item(i) for i in response.get("Items", []))
+        if "LastEvaluatedKey" not in response:
+            return
+        params["ExclusiveStartKey"] = response["LastEvaluatedKey"]

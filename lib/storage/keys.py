@@ -9,6 +9,9 @@ Reserved sort-key prefixes for the records the context engine and semantic searc
     summary       pk USER#<user_id>#SES#<session_id>  sk SUM#...   (sorts after SES#META: read first, descending)
     memory        pk USER#<user_id>                   sk MEM#<memory_id>
     vector item   pk USER#<user_id>                   sk VEC#...
+Operations:
+    user registry pk USERS                            sk USER#<user_id>   (written with a user's first chat)
+    purge marker  pk USER#<user_id>                   sk PURGE#<n>        (sessions an admin deletion is removing)
 Readers classify an item by its sort key (`record_kind`) and skip kinds they do not
 know, so adding a record kind to a partition never breaks a page that reads it.
 
@@ -32,10 +35,12 @@ META_SK = "SES#META"
 SUMMARY_PREFIX = "SUM#"
 MEMORY_PREFIX = "MEM#"
 VECTOR_PREFIX = "VEC#"
+PURGE_PREFIX = "PURGE#"
+REGISTRY_PK = "USERS"
 
 # Record kinds, as record_kind names them.
-LIST_ROW, META, TURN, SUMMARY, MEMORY, VECTOR, UNKNOWN = "list_row", "meta", "turn", "summary", "memory", "vector", \
-    "unknown"
+LIST_ROW, META, TURN, SUMMARY, MEMORY, VECTOR, PURGE, UNKNOWN = "list_row", "meta", "turn", "summary", "memory", \
+    "vector", "purge", "unknown"
 
 # ULID: 26 chars of Crockford base32 (no I, L, O, U); sorts in creation order.
 _ULID_RE = re.compile(r"^[0-9A-HJKMNP-TV-Z]{26}$")
@@ -167,7 +172,56 @@ def record_kind(sk: str) -> str:
         return TURN
     if is_list_sk(sk):
         return LIST_ROW
-    for prefix, kind in ((SUMMARY_PREFIX, SUMMARY), (MEMORY_PREFIX, MEMORY), (VECTOR_PREFIX, VECTOR)):
+    for prefix, kind in ((SUMMARY_PREFIX, SUMMARY), (MEMORY_PREFIX, MEMORY), (VECTOR_PREFIX, VECTOR),
+                         (PURGE_PREFIX, PURGE)):
         if sk.startswith(prefix):
             return kind
     return UNKNOWN
+
+
+def parse_pk(pk: str) -> tuple[str, str | None] | None:
+    """(user_id, session_id) of a session partition, (user_id, None) of a user partition, None for any other pk."""
+    if not pk.startswith(USER_PREFIX):
+        return None
+    user_id, marker, session_id = pk[len(USER_PREFIX):].partition(f"#{SESSION_PREFIX}")
+    if not user_id:
+        return None
+    return (user_id, session_id) if marker else (user_id, None)
+
+
+def list_row_parts(sk: str) -> tuple[str, str]:
+    """(last_message_time, session_id) of a sidebar row's sort key; ValueError if it is not one."""
+    match = _LIST_SK_RE.match(sk)
+    if not match:
+        raise ValueError(f"not a sidebar row key: {sk!r}")
+    return match.group(1), match.group(2)
+
+
+def session_partition_prefix(user_id: str) -> str:
+    """The prefix every session partition of a user starts with (user ids never contain '#')."""
+    return f"{user_pk(user_id)}#{SESSION_PREFIX}"
+
+
+def registry_key(user_id: str) -> dict[str, str]:
+    """The user registry: one item per user who ever had a chat, so operators list users without a Scan."""
+    return {"pk": REGISTRY_PK, "sk": user_pk(user_id)}
+
+
+def purge_key(user_id: str, part: int) -> dict[str, str]:
+    """A marker listing the sessions an admin deletion is removing, so a crashed one resumes where it stopped."""
+    return {"pk": user_pk(user_id), "sk": f"{PURGE_PREFIX}{part:04d}"}
+
+
+def registry_user(sk: str) -> str:
+    """The user id of a registry item's sort key."""
+    return sk.removeprefix(USER_PREFIX)
+
+
+def list_row_bound(last_message_time: str) -> str:
+    """A sidebar sort key bound: every row of a session last active before this time sorts below it."""
+    return f"{SESSION_PREFIX}{last_message_time}"
+
+
+def session_vector_prefix(session_id: str) -> str:
+    """The sort-key prefix, in the user's partition, of the vector items of one session's turns (VEC#<sid>#<mid>)."""
+    return f"{VECTOR_PREFIX}{session_id}#"

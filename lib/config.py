@@ -21,8 +21,8 @@ SETTINGS: dict[str, tuple[str, str]] = {
     "CHAT_DATA_DIR": (".chat-data", "Where the `local` backend keeps its snapshot and journal; `:memory:` keeps nothing."),
     "CHAT_CURSOR_SECRET": ("", "Key that signs page cursors; random per process when unset (local only: required with "
                                "`CHAT_BACKEND=aws`, the same on every replica)."),
-    "CHAT_IDENTITY": ("", "`dev`, `header`, `alb` or `oidc`. Unset: `oidc` if secrets have an `[auth]` block, else `dev` "
-                          "(`dev` is refused with `CHAT_BACKEND=aws`)."),
+    "CHAT_IDENTITY": ("", "`dev`, `header`, `alb` or `oidc`. Unset: `oidc` if secrets have an `[auth]` block, "
+                          "else `dev` (`dev` is refused with `CHAT_BACKEND=aws`)."),
     "CHAT_DEV_USER": ("dev@localhost", "The fixed user of `dev` identity."),
     "CHAT_IDENTITY_HEADER": ("X-Forwarded-Email", "`header` identity: the header the SSO proxy sets."),
     "CHAT_PROXY_SECRET_HEADER": ("X-Proxy-Secret", "`header` identity: header carrying the proxy's shared secret."),

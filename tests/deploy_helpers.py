@@ -65,15 +65,82 @@ def _sources() -> Iterator[tuple[str, ast.Module]]:
             yield path, ast.parse(file.read_text(), filename=path)
 
 
-def _names_used(node: ast.AST) -> set[str]:
-    """Every name this code calls or refers to (a function passed as a callback counts)."""
-    used = set()
-    for child in ast.walk(node):
-        if isinstance(child, ast.Name):
-            used.add(child.id)
-        elif isinstance(child, ast.Attribute):
-            used.add(child.attr)
-    return used
+def _module_path(dotted: str) -> str | None:
+    """lib.web.ui -> lib/web/ui.py (or its package's __init__.py); None if no such module of ours."""
+    base = ROOT / dotted.replace(".", "/")
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.exists():
+            return candidate.relative_to(ROOT).as_posix()
+    return None
+
+
+def _bindings(module: ast.Module) -> dict[str, tuple[str, ...]]:
+    """What a module's imported names are: ("module", path) for our modules, ("function", path, name) for a
+    name imported from one, ("external",) for anything from another library (`atexit.register(...)` is not a
+    call of some function of ours that happens to be named `register`)."""
+    found: dict[str, tuple[str, ...]] = {}
+    for node in ast.walk(module):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                path = _module_path(alias.name) if alias.name.startswith("lib") else None
+                found[(alias.asname or alias.name).split(".")[0]] = ("module", path) if path else ("external",)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            for alias in node.names:
+                name = alias.asname or alias.name
+                if not node.module.startswith("lib"):
+                    found[name] = ("external",)
+                elif sub := _module_path(f"{node.module}.{alias.name}"):
+                    found[name] = ("module", sub)
+                else:
+                    found[name] = ("function", _module_path(node.module) or "", alias.name)
+    return found
+
+
+class _Code:
+    """lib/'s functions: module-level ones by (path, name), methods by name (an object's type is not known
+    statically, so `obj.send_message(...)` may be any method of that name: an over-approximation)."""
+
+    def __init__(self) -> None:
+        self.functions: dict[tuple[str, str], ast.AST] = {}
+        self.constructors: dict[tuple[str, str], ast.AST] = {}  # a class named in code runs its __init__
+        self.methods: dict[str, list[tuple[str, ast.AST]]] = {}
+        self.bindings: dict[str, dict[str, tuple[str, ...]]] = {}
+        self.pages: list[tuple[str, ast.Module]] = []
+        for path, module in _sources():
+            self.bindings[path] = _bindings(module)
+            if not path.startswith("lib/"):
+                self.pages.append((path, module))  # the pages: all their code runs
+            for node in module.body:
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    self.functions[(path, node.name)] = node
+                elif isinstance(node, ast.ClassDef):
+                    for item in node.body:
+                        if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                            self.methods.setdefault(item.name, []).append((path, item))
+                            if item.name == "__init__":
+                                self.constructors[(path, node.name)] = item
+
+    def targets(self, path: str, node: ast.AST) -> Iterator[tuple[str, str, ast.AST]]:
+        """The functions of ours this code calls or refers to (a function passed as a callback counts)."""
+        bindings = self.bindings[path]
+        for child in ast.walk(node):
+            if isinstance(child, ast.Name):
+                bound = bindings.get(child.id)
+                key = (bound[1], bound[2]) if bound and bound[0] == "function" else (path, child.id)
+                if (bound is None or bound[0] == "function") and key in self.functions:
+                    yield key[0], key[1], self.functions[key]
+                elif (bound is None or bound[0] == "function") and key in self.constructors:
+                    yield key[0], f"{key[1]}.__init__", self.constructors[key]
+            elif isinstance(child, ast.Attribute):
+                owner = bindings.get(child.value.id) if isinstance(child.value, ast.Name) else None
+                if owner and owner[0] == "external":
+                    continue
+                if owner and owner[0] == "module":
+                    if (owner[1], child.attr) in self.functions:
+                        yield owner[1], child.attr, self.functions[(owner[1], child.attr)]
+                    continue
+                for method_path, method in self.methods.get(child.attr, []):
+                    yield method_path, child.attr, method
 
 
 def _operations(node: ast.AST, client_methods: dict[str, str]) -> set[str]:
@@ -107,28 +174,18 @@ def _operations(node: ast.AST, client_methods: dict[str, str]) -> set[str]:
 def app_dynamodb_actions() -> dict[str, set[str]]:
     """IAM action -> the functions (path:name) that need it, for the code the deployed app can reach."""
     client_methods = boto3.client("dynamodb", region_name="us-east-1").meta.method_to_api_mapping
-    functions: dict[str, list[tuple[str, ast.AST]]] = {}
-    entry: list[ast.AST] = []
-    for path, module in _sources():
-        for node in ast.walk(module):
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                if (path, node.name) not in NOT_IN_THE_DEPLOYED_APP_FUNCTIONS:
-                    functions.setdefault(node.name, []).append((path, node))
-        if not path.startswith("lib/"):
-            entry.append(module)  # the pages: all their code runs
-    seen: set[str] = set()
-    frontier = set().union(*(_names_used(node) for node in entry))
-    reached: list[tuple[str, ast.AST]] = [("(pages)", node) for node in entry]
+    code = _Code()
+    reached: dict[str, tuple[str, ast.AST]] = {}
+    frontier = [(path, "(page)", module) for path, module in code.pages]
     while frontier:
-        name = frontier.pop()
-        if name in seen:
+        path, name, node = frontier.pop()
+        where = f"{path}:{name}"
+        if where in reached or (path, name) in NOT_IN_THE_DEPLOYED_APP_FUNCTIONS:
             continue
-        seen.add(name)
-        for path, node in functions.get(name, []):
-            reached.append((f"{path}:{name}", node))
-            frontier |= _names_used(node) - seen
+        reached[where] = (path, node)
+        frontier.extend(code.targets(path, node))
     needed: dict[str, set[str]] = {}
-    for where, node in reached:
+    for where, (_, node) in reached.items():
         for operation in _operations(node, client_methods):
             if operation in TRANSACTION_OPERATIONS:
                 continue  # authorised by its items' actions, found as item:<kind>

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import shutil
 import socket
 import subprocess
@@ -182,27 +183,27 @@ def moto_server():
     process.wait(timeout=20)
 
 
+def moto_client(service: str, url: str):
+    """A client of the moto server (explicit fake credentials: module fixtures run before the per-test environment)."""
+    return boto3.client(service, region_name=REGION, endpoint_url=url, aws_access_key_id="testing",
+                        aws_secret_access_key="testing")
+
+
 # The parts of the template moto's CloudFormation can create (moto has no ALB authenticate action or Fargate).
 MOTO_PARTS = ["ChatTable", "CursorSecret", "LogGroup", "TaskRole", "ExecutionRole"]
 
 
 def _refs(value) -> set[str]:
     text = json.dumps(value)
-    import re
-
     return set(re.findall(r'"Ref": "(\w+)"', text)) | set(re.findall(r"\$\{(\w+)[.}]", text))
 
 
 @pytest.fixture(scope="module")
 def stack(moto_server, template):
-    import os
-
-    os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
-    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
     part = {"AWSTemplateFormatVersion": "2010-09-09", "Conditions": template["Conditions"],
             "Resources": {name: template["Resources"][name] for name in MOTO_PARTS}}
     part["Parameters"] = {k: v for k, v in template["Parameters"].items() if k in _refs(part)}
-    cloudformation = boto3.client("cloudformation", region_name=REGION, endpoint_url=moto_server)
+    cloudformation = moto_client("cloudformation", moto_server)
     cloudformation.create_stack(StackName="chat", TemplateBody=json.dumps(part), Capabilities=["CAPABILITY_IAM"],
                                 Parameters=[
                                     {"ParameterKey": "TableName", "ParameterValue": "chat-from-stack"},
@@ -218,7 +219,7 @@ def stack(moto_server, template):
 
 
 def role_policy(moto_server, role_name: str) -> dict:
-    iam = boto3.client("iam", region_name=REGION, endpoint_url=moto_server)
+    iam = moto_client("iam", moto_server)
     (name,) = iam.list_role_policies(RoleName=role_name)["PolicyNames"]
     document = iam.get_role_policy(RoleName=role_name, PolicyName=name)["PolicyDocument"]
     if isinstance(document, str):  # moto returns the document as a Python literal, not JSON
@@ -228,7 +229,7 @@ def role_policy(moto_server, role_name: str) -> dict:
 
 class TestInMotosCloudFormation:
     def test_the_stack_makes_an_on_demand_pk_sk_table_with_deletion_protection(self, moto_server, stack):
-        client = boto3.client("dynamodb", region_name=REGION, endpoint_url=moto_server)
+        client = moto_client("dynamodb", moto_server)
         table = client.describe_table(TableName=stack["ChatTable"])["Table"]
         assert stack["ChatTable"] == "chat-from-stack"
         assert table["BillingModeSummary"]["BillingMode"] == "PAY_PER_REQUEST"
@@ -276,8 +277,10 @@ class TestInMotosCloudFormation:
         assert (bucket.counters["n.create"], bucket.counters["n.send"], bucket.counters["n.rename"]) == (1, 1, 1)
         report = check_user(database.client, database.table, user)
         assert report.ok and (report.sessions, report.messages) == (1, 2)
-        allowed = {a.removeprefix("dynamodb:") for a in role_policy(moto_server, stack["TaskRole"])["Statement"][0]["Action"]}
+        statement = role_policy(moto_server, stack["TaskRole"])["Statement"][0]
+        allowed = {action.removeprefix("dynamodb:") for action in statement["Action"]}
         assert used - allowed == set()
+        assert used <= set(app_dynamodb_actions())  # what ran is within what the code derivation found
         assert {"PutItem", "UpdateItem", "DeleteItem", "Query", "GetItem", "DescribeTable", "BatchGetItem"} <= used
 
 

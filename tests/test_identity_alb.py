@@ -37,7 +37,8 @@ def sign(key: ec.EllipticCurvePrivateKey, *, signer: str = ARN, kid: str = KID, 
               "exp": int(time.time() + 120) if exp is None else exp}
     payload = {"sub": "7f3a", "email": "Alice@Example.com", "name": "Alice",
                "exp": header["exp"], "iss": "https://login.example.com", **(claims or {})}
-    signing_input = f"{b64(json.dumps(header).encode(), padded=padded)}.{b64(json.dumps(payload).encode(), padded=padded)}"
+    encoded = [b64(json.dumps(part).encode(), padded=padded) for part in (header, payload)]
+    signing_input = ".".join(encoded)
     r, s = decode_dss_signature(key.sign(signing_input.encode(), ec.ECDSA(hashes.SHA256())))
     return f"{signing_input}.{b64(r.to_bytes(32, 'big') + s.to_bytes(32, 'big'), padded=padded)}"
 

@@ -105,3 +105,20 @@ class TestRepeatedIdentityHeaders:
         headers = StreamlitHeaders([("x-amzn-oidc-data", "a.b.c"), ("X-Amzn-Oidc-Data", "d.e.f")])
         with pytest.raises(NotAuthenticated, match="x-amzn-oidc-data more than once"):
             resolve(settings, headers, {})
+
+
+class TestTheReadmeSettingsTable:
+    def test_every_setting_has_a_row_with_its_default_and_meaning(self):
+        import re
+        from pathlib import Path
+
+        from lib.config import SETTINGS
+
+        rows: dict[str, tuple[str, str]] = {}
+        for line in (Path(__file__).resolve().parents[1] / "README.md").read_text().splitlines():
+            match = re.match(r"^\| `([A-Z_]+)` \| (.*?) \| (.*) \|$", line)
+            if match and match.group(1) in SETTINGS:
+                rows.setdefault(match.group(1), (match.group(2), match.group(3)))  # the configuration table's
+        wrong = {name: rows.get(name) for name, (default, meaning) in SETTINGS.items()
+                 if rows.get(name) != (f"`{default}`" if default else "(unset)", meaning)}
+        assert wrong == {}

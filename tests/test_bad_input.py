@@ -69,7 +69,7 @@ class TestRenderedInert:
 
 
 class TestUrlTampering:
-    @pytest.mark.parametrize("query", [{"cursor": "eyJzayI6IlNFUyMifQ.AAAA"}, {"session": ""},
+    @pytest.mark.parametrize("query", [{"session": ""},
                                        {"session": "01JC3Q8Z4F6M2V9K7T5R1N0B8D", "user": "someone@example.com"},
                                        {"session": "%00"}, {"session": "x" * 5000}])
     def test_odd_query_parameters_show_nothing_of_anyone_else_and_raise_nothing(self, query):

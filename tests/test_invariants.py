@@ -32,8 +32,12 @@ class TestCheckUser:
         report = check_user(client, table, USER)
         assert any("2 sidebar rows" in v for v in report.violations)
 
-    def test_a_wrong_count_and_a_moved_row_are_found(self, store, client, table):
-        (session, _), *_ = healthy(store)
+    def test_a_wrong_count_a_renamed_row_and_a_moved_row_are_found(self, store, client, table):
+        (session, _), (moved, _), _ = healthy(store)
+        client.delete_item(TableName=table, Key=to_item(keys.list_key(USER, moved.last_message_time, moved.session_id)))
+        client.put_item(TableName=table, Item=to_item({**keys.list_key(USER, "2001-01-01T00:00:00.000Z",
+                                                                       moved.session_id),
+                                                       "session_id": moved.session_id, "title": moved.title}))
         client.update_item(TableName=table, Key=to_item(keys.meta_key(USER, session.session_id)),
                            UpdateExpression="SET message_count = :n", ExpressionAttributeValues=to_item({":n": 99}))
         client.update_item(TableName=table, Key=to_item(keys.list_key(USER, session.last_message_time,
@@ -42,6 +46,9 @@ class TestCheckUser:
         report = check_user(client, table, USER)
         assert any("message_count 99" in v for v in report.violations)
         assert any("sidebar title" in v for v in report.violations)
+        assert f"session {moved.session_id}: sidebar row at 2001-01-01T00:00:00.000Z, meta at " \
+               f"{moved.last_message_time}" in report.violations
+        assert len(report.violations) == 3
 
     def test_stale_pending_turns_are_listed_not_counted_as_violations(self, store, client, table):
         (session, message), *_ = healthy(store, sessions=1)

@@ -153,6 +153,19 @@ class TestLazyPartitions:
         gc.unfreeze()
 
 
+class TestSync:
+    def test_a_commit_is_checkpointed_to_disk_within_the_sync_interval(self, folder):
+        import time
+
+        folder.put("P", "synced")
+        assert folder.server.disk.unsynced
+        deadline = time.monotonic() + 30  # a bound for a loaded machine; the interval is 1 s
+        while folder.server.disk.unsynced and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not folder.server.disk.unsynced
+        assert (folder.path / "chat.sqlite3").stat().st_size > 4096 * 3  # the item reached the database file
+
+
 class TestNeverHalfStarted:
     def test_a_data_dir_that_is_a_file_is_a_sentence_naming_it(self, tmp_path):
         path = tmp_path / "data"

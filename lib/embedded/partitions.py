@@ -21,6 +21,7 @@ from lib.embedded.moto_patches import RESULT_SIZE_LIMIT, SortedPartition
 
 MEMORY_ITEMS = 10_000  # items kept in memory per table beyond the most recently used partition
 FREEZE_AFTER_ITEMS = 2_000  # items loaded between gc.freeze() calls (see `Loads.settle`)
+FREEZE = True  # bench/local_db.py measures without
 
 
 def item_from_wire(table: Any, attrs: dict) -> Any:
@@ -48,10 +49,11 @@ class Loads:
         cls.since_freeze += count
 
     @classmethod
-    def settle(cls) -> None:
-        """After a request: move what was loaded into the permanent generation once enough has piled up.
-        Items are acyclic (Item -> attrs -> DynamoType), so a frozen one that is dropped is still freed."""
-        if cls.since_freeze >= FREEZE_AFTER_ITEMS:
+    def settle(cls, force: bool = False) -> None:
+        """After a request: move what was loaded into the permanent generation once enough has piled up (and
+        at start, with everything imported). Items are acyclic (Item -> attrs -> DynamoType), so a frozen one
+        that is dropped is still freed by its reference count."""
+        if FREEZE and (force or cls.since_freeze >= FREEZE_AFTER_ITEMS):
             gc.freeze()
             cls.since_freeze = 0
 

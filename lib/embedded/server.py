@@ -290,6 +290,7 @@ class LocalDynamo:
         self.disk: Disk | None = None
         self.tables: list[str] = []  # the tables this server put into moto from its disk
         self.migrated: str | None = None  # what start imported from an old journal, if anything
+        self._stopping = threading.Event()
 
     @property
     def endpoint_url(self) -> str:
@@ -318,6 +319,11 @@ class LocalDynamo:
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
                                         name="local-dynamodb", daemon=True)
         self._thread.start()
+        if self.disk is not None:
+            threading.Thread(target=self._sync, args=(self.disk,), name="local-dynamodb-sync", daemon=True).start()
+        from lib.embedded.partitions import Loads
+
+        Loads.settle(force=True)  # the process's start-up objects: modules, moto's own structures
         return self
 
     def _restore_tables(self, moto_app: Callable) -> None:
@@ -331,8 +337,24 @@ class LocalDynamo:
                 restore_table(moto_app, self.disk, self.region, name)
                 self.tables.append(name)
 
+    def _sync(self, disk: Disk) -> None:
+        """Checkpoint (fsync) what was committed, within SYNC_INTERVAL_S: the bound on what an OS crash can lose."""
+        from lib.embedded.disk import SYNC_INTERVAL_S
+
+        while not self._stopping.wait(SYNC_INTERVAL_S):
+            if not disk.unsynced:
+                continue
+            with REQUEST_LOCK:
+                if self.disk is not disk:
+                    return
+                try:
+                    disk.checkpoint()
+                except DiskError as exc:  # the next commit will fail with the same sentence; retried next round
+                    logs.error("embedded.checkpoint_failed", exc_info=False, reason=str(exc))
+
     def stop(self) -> None:
         """Stop serving, take this disk's tables out of moto, release the folder."""
+        self._stopping.set()
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()

@@ -18,7 +18,8 @@ SETTINGS: dict[str, tuple[str, str]] = {
     "CHAT_TABLE": ("chat", "DynamoDB table name."),
     "CHAT_REGION": ("us-east-1", "AWS region of the table (and of Bedrock unless `CHAT_BEDROCK_REGION` is set)."),
     "CHAT_DYNAMODB_ENDPOINT": ("", "Endpoint URL override for `aws` (e.g. a VPC endpoint or DynamoDB Local)."),
-    "CHAT_DATA_DIR": (".chat-data", "Where the `local` backend keeps its snapshot and journal; `:memory:` keeps nothing."),
+    "CHAT_DATA_DIR": (".chat-data", "Folder of the `local` backend's database (`chat.sqlite3`, SQLite; created if "
+                                    "missing); `:memory:` keeps nothing."),
     "CHAT_CURSOR_SECRET": ("", "Key that signs page cursors; random per process when unset (local only: required with "
                                "`CHAT_BACKEND=aws`, the same on every replica)."),
     "CHAT_IDENTITY": ("", "`dev`, `header`, `alb` or `oidc`. Unset: `oidc` if secrets have an `[auth]` block, "

@@ -79,7 +79,7 @@ class TestChatFlow:
 
     def test_an_oversize_message_is_refused_with_the_limit_and_kept(self):
         at = send(new_browser(), "x" * ITEM_LIMIT_BYTES)
-        assert "limit is 396 KB" in at.error[0].value
+        assert "over the limit of 405,504 bytes (396 KB)" in at.error[0].value
         assert at.text_area[0].value == "x" * ITEM_LIMIT_BYTES
         assert services().store.list_sessions(DEV).items == []
 
@@ -144,7 +144,8 @@ AUTH_BLOCK = {"redirect_uri": "http://localhost:8501/oauth2callback", "cookie_se
 class TestIdentity:
     def test_dev_identity_says_so_on_screen(self):
         at = new_browser()
-        assert any("development sign-in" in c.value and "Demo mode" in c.value for c in at.main.caption)
+        (banner,) = [c for c in at.main.caption if "Demo mode" in c.value]
+        assert "dev sign-in" in banner.value and "development sign-in (dev@localhost)" in banner.proto.help
         assert any("development identity" in c.value for c in at.sidebar.caption)
 
     def test_header_identity_uses_the_proxy_header_and_ignores_a_user_query_parameter(self, monkeypatch):

@@ -1,4 +1,5 @@
 """End to end: `streamlit run app.py` and a real headless Chromium (Debian's), driven by Playwright."""
+import contextlib
 import os
 import shutil
 import socket
@@ -24,26 +25,43 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture
-def app_url(tmp_path, request):
-    """The app on a free port; `request.param`, if given, is the demo model's delay between chunks."""
+@contextlib.contextmanager
+def serve_app(tmp_path, **settings: str):
+    """`streamlit run app.py` on a free port with these CHAT_*/ANTHROPIC_* settings; yields its URL.
+
+    Fails fast with the log's tail if the server exits or never listens."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CHAT_", "ANTHROPIC_"))}
-    env.update(CHAT_DATA_DIR=str(tmp_path / "data"), CHAT_DEMO_DELAY=str(getattr(request, "param", 0.03)))
-    log = (tmp_path / "streamlit.log").open("w")
+    env.update(CHAT_DATA_DIR=str(tmp_path / "data"), CHAT_DEMO_DELAY="0.03")
+    env.update(settings)
+    log_path = tmp_path / "streamlit.log"
+    log = log_path.open("w")
     process = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port),
                                 "--server.address", "127.0.0.1", "--server.headless", "true"],
                                cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            time.sleep(0.3)
-    yield f"http://127.0.0.1:{port}"
-    process.terminate()
-    process.wait(timeout=20)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                tail = log_path.read_text()[-2000:]
+                assert process.poll() is None, f"streamlit exited:\n{tail}"
+                assert time.monotonic() < deadline, f"streamlit never listened:\n{tail}"
+                time.sleep(0.3)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        process.terminate()
+        process.wait(timeout=20)
+        log.close()
+
+
+@pytest.fixture
+def app_url(tmp_path, request):
+    """The app on a free port; `request.param`, if given, is the demo model's delay between chunks."""
+    with serve_app(tmp_path, CHAT_DEMO_DELAY=str(getattr(request, "param", 0.03))) as url:
+        yield url
 
 
 @pytest.fixture

@@ -64,6 +64,7 @@ class Slot(Recorder):
 
     def empty(self):
         self.elements = []
+        self.log["yields"] = self.log.get("yields", 0) + 1
 
 
 LONG_ANSWER = "\n\n".join([
@@ -165,3 +166,12 @@ class TestStreamingWork:
         shown = Recorder()
         stream_markdown(shown, list(text), clock=lambda: next(ticks) * 10.0)
         assert [t for _, t, _ in shown.shown()] == ["one", "two", "three"]
+
+    def test_the_script_reaches_a_streamlit_call_every_tenth_of_a_second_between_sparse_redraws(self):
+        # Streamlit can stop a script (the user clicked elsewhere) only inside an st call.
+        text = "x" * 5_000  # one long open paragraph: redrawn about once a second
+        ticks = iter(range(10 ** 6))
+        shown = Recorder()
+        stream_markdown(shown, list(text), clock=lambda: next(ticks) * 0.01)  # 50 s of chunks
+        assert shown.log["draws"] < 100
+        assert shown.log["draws"] + shown.log["yields"] >= 50 / 0.1 - 1

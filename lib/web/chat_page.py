@@ -84,17 +84,18 @@ class ChatPage:
             st.caption(f"Model: {self.model.provider} · {self.model.name}")
 
     def banner(self) -> None:
-        """One compact line (a phone shows it in one or two lines, not a fifth of the screen)."""
+        """One short line (a phone shows it in two at most); the details are in its tooltip and the sidebar."""
         notes = []
         if self.svc.database.local:
-            notes.append("local database")
+            notes.append(("local data", "the local embedded database"))
         if self.model.provider == "demo":
-            notes.append("offline demo model")
+            notes.append(("demo model", "the offline demo model"))
         if self.me.mode == "dev":
-            notes.append(f"development sign-in ({plain_label(self.me.display)})")
+            notes.append(("dev sign-in", f"a development sign-in ({self.me.display})"))
         if notes:
-            st.caption(":blue-badge[:material/science: Demo mode] " + " · ".join(notes)
-                       + ". Nothing leaves this machine.")
+            st.caption(":blue-badge[:material/science: Demo mode] " + ", ".join(short for short, _ in notes)
+                       + " · nothing leaves this machine",
+                       help="Running on " + ", ".join(long for _, long in notes) + ".")
 
     # --- the open chat ------------------------------------------------------------------------------
     def header(self) -> None:
@@ -252,7 +253,7 @@ class ChatPage:
         with self.welcome.container():
             st.title("What can I help with?", anchor=False)
             st.caption("Your chats are private to you and saved, so you can pick them up on any device.")
-            with st.container(horizontal=True, gap="small"):
+            with st.container(horizontal=True, gap="small", key="suggestions"):
                 for suggestion in SUGGESTIONS:
                     if st.button(suggestion, width="content"):
                         self.suggested = suggestion

@@ -18,6 +18,7 @@ from lib.web.markdown_blocks import CODE, PLAIN, Block, block_of, scan, split
 from lib.web.render import safe_markdown
 
 MIN_REDRAW_S, MAX_REDRAW_S = 0.25, 1.0  # at most four redraws a second, at least one
+YIELD_S = 0.1  # how often the script gives Streamlit a chance to stop it
 
 
 def draw(target: Any, block: Block) -> None:
@@ -64,9 +65,13 @@ class BlockRenderer:
 
 def stream_markdown(container: Any, chunks: Iterable[str], *, clock: Callable[[], float] = time.monotonic) -> str:
     """Draw chunks as they arrive, coalesced; returns the text. A chunk costs an append until the next redraw."""
+    # Streamlit stops a script (a click elsewhere, a closed tab) only at its next st call: an empty
+    # placeholder refreshed ten times a second (a few bytes) keeps that prompt between sparse redraws,
+    # so an interrupted answer is saved as stopped before the next run reads it.
+    beat = container.empty()
     renderer = BlockRenderer(container)
     text = ""
-    started = redraw_at = clock()
+    started = redraw_at = beat_at = clock()
     for chunk in chunks:
         text += chunk  # a local string with one reference: CPython extends it in place
         now = clock()
@@ -76,6 +81,10 @@ def stream_markdown(container: Any, chunks: Iterable[str], *, clock: Callable[[]
             # twice the rate the text arrives at (a long paragraph is redrawn less often).
             rate = len(text) / max(now - started, MIN_REDRAW_S)
             redraw_at = now + min(max(renderer.open_chars / (2 * rate), MIN_REDRAW_S), MAX_REDRAW_S)
+            beat_at = now + YIELD_S
+        elif now >= beat_at:
+            beat.empty()
+            beat_at = now + YIELD_S
     renderer.update(text, done=True)
     return text
 

@@ -37,6 +37,8 @@ section[data-testid="stSidebar"] div[data-testid="stButton"] button,
 section[data-testid="stSidebar"] div[data-testid="stButton"] button > div { justify-content: flex-start; text-align: left; }
 section[data-testid="stSidebar"] div[data-testid="stButton"] button p { white-space: nowrap; overflow: hidden;
   text-overflow: ellipsis; }
+/* Suggestions wrap on a phone instead of being cut off. */
+.st-key-suggestions button p { white-space: normal; text-align: left; }
 </style>
 """
 

@@ -1,0 +1,165 @@
+"""The chat page in Chromium: long streamed answers, nothing fetched from chat text, pathological Markdown,
+and the page on a phone."""
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from tests.fake_anthropic import Behaviour, FakeAnthropic
+from tests.long_answers import chunks_of, long_answer
+from tests.test_browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, app_url, ask, serve_app  # noqa: F401 (a fixture)
+
+pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (.ci/run installs it)")
+
+MESSAGES = "[data-testid='stChatMessage']"
+
+
+@pytest.fixture
+def fake_model():
+    fake = FakeAnthropic()
+    yield fake
+    fake.close()
+
+
+@pytest.fixture
+def claude_app(tmp_path, fake_model):
+    """The app with the anthropic provider, pointed at the local fake server."""
+    with serve_app(tmp_path, ANTHROPIC_API_KEY="sk-test", CHAT_ANTHROPIC_BASE_URL=fake_model.url,
+                   CHAT_MODEL_MAX_RETRIES="0") as url:
+        yield url
+
+
+@pytest.fixture
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        ARTIFACTS.mkdir(exist_ok=True)
+        yield browser
+        browser.close()
+
+
+def new_page(browser, width=1280, height=900):
+    page = browser.new_context(viewport={"width": width, "height": height}).new_page()
+    page.errors = []
+    page.on("pageerror", lambda error: page.errors.append(str(error)))
+    page.on("console", lambda message: page.errors.append(message.text) if message.type == "error" else None)
+    return page
+
+
+def answered(page, timeout=120_000):
+    """Wait until the turn is saved, the page has rerun (the caption under a finished answer), and every
+    lazily loaded element (code boxes load their highlighter) has replaced its skeleton."""
+    page.get_by_text("out tokens").first.wait_for(timeout=timeout)
+    page.wait_for_function("!document.querySelector(\"[data-testid='stSkeleton']\")", timeout=timeout)
+
+
+class Hits:
+    """A local HTTP server that counts every request the browser makes to it."""
+
+    def __init__(self):
+        self.paths: list[str] = []
+        hits = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):
+                hits.paths.append(self.path)
+                self.send_response(200)
+                self.send_header("Access-Control-Allow-Origin", "*")
+                self.send_header("Content-Type", "image/gif")
+                self.end_headers()
+                self.wfile.write(b"GIF89a")
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def hits():
+    server = Hits()
+    yield server
+    server.close()
+
+
+def test_a_100_kb_answer_streams_and_the_page_then_equals_the_reopened_chat(claude_app, fake_model, browser):
+    text = long_answer(100_000)
+    fake_model.enqueue(Behaviour("text", chunks=chunks_of(text), output_tokens=25_000))
+    page = new_page(browser)
+    ask(page, claude_app, "Write me a long design document")
+    answered(page)
+    answer = page.locator(MESSAGES).nth(1)
+    streamed = answer.inner_text()
+    fences, tables = text.count("```python"), text.count("| record |")
+    assert answer.locator("[data-testid='stCode']").count() == fences
+    assert answer.locator("table").count() == tables
+    assert "Section 0: keys and access patterns" in streamed and "That is all." in streamed
+    session_url = page.url
+
+    reopened = new_page(browser)
+    reopened.goto(session_url)
+    answered(reopened)
+    assert reopened.locator(MESSAGES).nth(1).inner_text() == streamed
+    assert not page.errors and not reopened.errors
+
+
+IMAGE_PAYLOADS = """Look: ![inline]({u}/inline?secret=1) and ![a [b]]({u}/nested) and ![x][ref] and
+<img src="{u}/html"> and ![![in]({u}/inner)]({u}/outer) and `![code]({u}/code)` and <{u}/autolink>
+
+[ref]: {u}/reference
+"""
+
+
+def test_nothing_in_a_question_an_answer_or_a_title_makes_the_browser_fetch(claude_app, fake_model, browser, hits):
+    payloads = IMAGE_PAYLOADS.format(u=hits.url)
+    fake_model.enqueue(Behaviour("text", chunks=chunks_of(payloads, 7)),  # streamed in small pieces
+                       Behaviour("text", chunks=[f"![t]({hits.url}/title)"]))  # the model-written title
+    page = new_page(browser)
+    ask(page, claude_app, payloads)
+    answered(page)
+    page.reload()
+    answered(page)
+    page.wait_for_timeout(1000)  # time for any image request to arrive
+    assert hits.paths == []
+    page.locator(MESSAGES).nth(1).get_by_role("link", name="inline").wait_for()  # an image shows as a link
+    # The counter works: a fetch the page really makes is seen.
+    page.evaluate(f"fetch('{hits.url}/control').then(r => r.text())")
+    page.wait_for_timeout(500)
+    assert hits.paths == ["/control"]
+
+
+def test_pathological_markdown_is_shown_plain_and_the_page_stays_usable(app_url, browser):
+    page = new_page(browser)
+    ask(page, app_url, ">" * 5000 + " deep\n\n" + "*_" * 20_000)
+    answered(page)
+    question = page.locator(MESSAGES).first
+    assert question.get_by_text("Shown as plain text").count() == 1  # a long question shows its start
+    question.get_by_role("button", name="Show all").click()
+    question.get_by_role("button", name="Show less").wait_for(timeout=30_000)
+    page.wait_for_function("!document.querySelector(\"[data-testid='stSkeleton']\")")
+    assert question.get_by_text("Shown as plain text").count() == 2
+    assert question.locator("[data-testid='stCode']").count() == 2
+    page.locator("[data-testid='stSidebar']").get_by_role("button", name="New chat").click()
+    page.get_by_text("What can I help with?").wait_for(timeout=30_000)  # the page still answers clicks
+    assert not [e for e in page.errors if "Maximum call stack" in e or "Error" in e]
+
+
+def test_on_a_phone_the_demo_banner_takes_two_lines_at_most_and_suggestions_are_not_cut(app_url, browser):
+    page = new_page(browser, 390, 844)
+    page.goto(app_url)
+    banner = page.get_by_text("Demo mode")
+    banner.wait_for(timeout=60_000)
+    page.get_by_text("What can I help with?").wait_for()
+    page.screenshot(path=str(ARTIFACTS / "chat-phone.png"))
+    box = page.locator("[data-testid='stCaptionContainer']").filter(has_text="Demo mode").bounding_box()
+    assert box["height"] <= 64  # two lines of caption text (the st.info box it replaces took five)
+    for button in page.locator(".st-key-suggestions button p").all():
+        assert button.evaluate("p => p.scrollWidth <= p.clientWidth")  # nothing hidden behind an ellipsis

@@ -63,7 +63,7 @@ class TestRequestBudget:
         store.open_session(A, session.session_id)
         assert requests.names == ["Query", "Query"]
         sidebar, opened = (params for _, params in requests.calls)
-        assert sidebar["Limit"] == 20 and opened["Limit"] == 21
+        assert sidebar["Limit"] == 20 and opened["Limit"] == 22  # summary + meta + 20 turns
         assert all(p["ConsistentRead"] and p["ScanIndexForward"] is False for p in (sidebar, opened))
         assert sidebar["ExpressionAttributeValues"][":prefix"] == {"S": "SES#"}
 

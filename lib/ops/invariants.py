@@ -88,7 +88,7 @@ class Collector:
         if session_id is None:
             if kind == keys.LIST_ROW:
                 self.users[user_id][keys.list_row_parts(item["sk"])[1]].rows.append(item)
-            elif kind not in (keys.MEMORY, keys.VECTOR, keys.PURGE):
+            elif kind not in (keys.MEMORY, keys.VECTOR, keys.PURGE, keys.PREFERENCE):
                 self.user_unknown[user_id].append(item["sk"])
             else:
                 self.users[user_id]  # the user exists even with no session  # noqa: B018

@@ -6,8 +6,9 @@ Records and their keys:
     message       pk USER#<user_id>#SES#<session_id>  sk MSG#<message_id>
     usage bucket  pk USAGE#<yyyy-mm-dd>               sk USER#<user_id>   (the cost page's ledger)
 Reserved sort-key prefixes for the records the context engine and semantic search add:
-    summary       pk USER#<user_id>#SES#<session_id>  sk SUM#...   (sorts after SES#META: read first, descending)
-    memory        pk USER#<user_id>                   sk MEM#<memory_id>
+    summary       pk USER#<user_id>#SES#<session_id>  sk SUM#RUNNING (sorts after SES#META: read first, descending)
+    memory        pk USER#<user_id>                   sk MEM#<memory_id>  (memory_id: a hash of the normalised text)
+    preference    pk USER#<user_id>                   sk PREF#<name>      (e.g. PREF#memory: the user's off switch)
     vector item   pk USER#<user_id>                   sk VEC#...
 Operations:
     user registry pk USERS                            sk USER#<user_id>   (written with a user's first chat)
@@ -36,11 +37,14 @@ SUMMARY_PREFIX = "SUM#"
 MEMORY_PREFIX = "MEM#"
 VECTOR_PREFIX = "VEC#"
 PURGE_PREFIX = "PURGE#"
+PREFERENCE_PREFIX = "PREF#"
+SUMMARY_SK = "SUM#RUNNING"
 REGISTRY_PK = "USERS"
 
 # Record kinds, as record_kind names them.
 LIST_ROW, META, TURN, SUMMARY, MEMORY, VECTOR, PURGE, UNKNOWN = "list_row", "meta", "turn", "summary", "memory", \
     "vector", "purge", "unknown"
+PREFERENCE = "preference"
 
 # ULID: 26 chars of Crockford base32 (no I, L, O, U); sorts in creation order.
 _ULID_RE = re.compile(r"^[0-9A-HJKMNP-TV-Z]{26}$")
@@ -161,7 +165,7 @@ def is_message_sk(sk: str) -> bool:
 
 
 def record_kind(sk: str) -> str:
-    """Which record a sort key names (LIST_ROW, META, TURN, SUMMARY, MEMORY, VECTOR), or UNKNOWN.
+    """Which record a sort key names (LIST_ROW, META, TURN, SUMMARY, MEMORY, VECTOR, PURGE, PREFERENCE), or UNKNOWN.
 
     A malformed sort key under a known prefix (MSG#not-an-id) is UNKNOWN too: readers
     skip it rather than fail on it, and `admin check` reports it.
@@ -173,7 +177,7 @@ def record_kind(sk: str) -> str:
     if is_list_sk(sk):
         return LIST_ROW
     for prefix, kind in ((SUMMARY_PREFIX, SUMMARY), (MEMORY_PREFIX, MEMORY), (VECTOR_PREFIX, VECTOR),
-                         (PURGE_PREFIX, PURGE)):
+                         (PURGE_PREFIX, PURGE), (PREFERENCE_PREFIX, PREFERENCE)):
         if sk.startswith(prefix):
             return kind
     return UNKNOWN
@@ -225,3 +229,39 @@ def list_row_bound(last_message_time: str) -> str:
 def session_vector_prefix(session_id: str) -> str:
     """The sort-key prefix, in the user's partition, of the vector items of one session's turns (VEC#<sid>#<mid>)."""
     return f"{VECTOR_PREFIX}{session_id}#"
+
+
+def summary_key(user_id: str, session_id: str) -> dict[str, str]:
+    """The session's one running summary: versioned in place, so the open-session Query reads at most one."""
+    return {"pk": session_pk(user_id, session_id), "sk": SUMMARY_SK}
+
+
+def memory_key(user_id: str, memory_id: str) -> dict[str, str]:
+    """One memory in the user's own partition; the id is derived from the text, so a duplicate names the same key."""
+    return {"pk": user_pk(user_id), "sk": f"{MEMORY_PREFIX}{memory_id}"}
+
+
+def preference_key(user_id: str, name: str) -> dict[str, str]:
+    """A per-user preference (the memory off switch) beside the memories: one Query reads both (MEM# < PREF#)."""
+    return {"pk": user_pk(user_id), "sk": f"{PREFERENCE_PREFIX}{name}"}
+
+
+def memory_range(user_id: str) -> tuple[str, str, str]:
+    """(pk, low, high) of a Query that reads a user's memories and preferences and nothing else.
+
+    Between MEM# and PREF#~ nothing else sorts: PURGE# and SES# rows come after PREF#~ ('U' > 'R', 'S' > 'P').
+    """
+    return user_pk(user_id), MEMORY_PREFIX, PREFERENCE_PREFIX + "~"
+
+
+def message_id_of(sk: str) -> str:
+    """The message id of a turn's sort key; ValueError if it is not one."""
+    match = _MSG_SK_RE.match(sk)
+    if not match:
+        raise ValueError(f"not a turn key: {sk!r}")
+    return match.group(1)
+
+
+def message_sk(message_id: str) -> str:
+    """A turn's sort key (range bounds of older-turn Queries)."""
+    return f"{MESSAGE_PREFIX}{message_id}"

@@ -121,9 +121,60 @@ class Page:
 
 
 @dataclass(frozen=True)
+class Summary:
+    """A session's running summary of its older turns; `version` is the :old of the next conditional write."""
+
+    session_id: str
+    text: str
+    version: int
+    covered_until: str  # message id of the newest turn it covers; turns after it are not summarised
+    covered_turns: int
+    method: str  # "model" (CHAT_SUMMARY_MODEL) or "extractive" (the offline demo version)
+    model: str
+    update_time: str
+    tokens: int = 0
+
+    @classmethod
+    def from_item(cls, item: dict[str, Any]) -> "Summary | None":
+        """The summary, or None for an item this version cannot read (readers skip rather than fail)."""
+        try:
+            return cls(session_id=item["session_id"], text=item["text"], version=int(item["version"]),
+                       covered_until=item["covered_until"], covered_turns=int(item.get("covered_turns", 0)),
+                       method=item.get("method", "model"), model=item.get("model", ""),
+                       update_time=item.get("update_time", ""), tokens=int(item.get("tokens", 0)))
+        except (KeyError, TypeError, ValueError):
+            return None
+
+
+@dataclass(frozen=True)
+class Memory:
+    """A durable fact the user stated (seed 004's shape): one item in the user's own partition."""
+
+    memory_id: str
+    user_id: str
+    text: str
+    source_session_id: str | None
+    source_message_id: str | None
+    create_time: str
+    kind: str = "memory"
+    update_time: str | None = None
+
+    @classmethod
+    def from_item(cls, item: dict[str, Any]) -> "Memory | None":
+        try:
+            return cls(memory_id=item["sk"].split("#", 1)[1], user_id=item["user_id"], text=item["text"],
+                       source_session_id=item.get("source_session_id"),
+                       source_message_id=item.get("source_message_id"), create_time=item["create_time"],
+                       kind=item.get("kind", "memory"), update_time=item.get("update_time"))
+        except (KeyError, TypeError, IndexError):
+            return None
+
+
+@dataclass(frozen=True)
 class SessionView:
     """One page of a session: its meta and turns oldest first; `cursor` pages to older turns."""
 
     session: Session | None  # None on older pages: the meta comes only with the first
     messages: list[Message]
     cursor: str | None
+    summary: Summary | None = None  # the running summary, read by the same Query as the meta (first page only)

@@ -1,7 +1,7 @@
 """ChatStore: the only module that talks to DynamoDB. One table, primary key only (DESIGN.md).
 
 Request budget per action (an extra request is a defect):
-    list_sessions    1 Query      open_session   1 Query
+    list_sessions    1 Query      open_session   1 Query (summary + meta + 20 turns)
     create_session   1 TransactWriteItems (3 Puts)
     send_message     1 TransactWriteItems (4 actions); on a lost race +1 GetItem and a retry
     finish/fail      1 UpdateItem             rename_session  1 TransactWriteItems (2 Updates)
@@ -32,7 +32,7 @@ from lib.storage.items import ANSWER_RESERVE_BYTES, QUESTION_LIMIT_BYTES, TITLE_
 from lib.storage.cursor import CursorCodec
 from lib.storage.gateway import Gateway, cancellation_codes, error_code, from_item, storable_text, to_item
 from lib.storage.itemsize import item_size
-from lib.storage.records import DONE, FAILED, PENDING, Message, Page, Session, SessionSummary, SessionView
+from lib.storage.records import DONE, FAILED, PENDING, Message, Page, Session, SessionSummary, SessionView, Summary
 from lib.usage.capacity import Meter
 
 # Re-exported: callers import these from the store they write through.
@@ -351,15 +351,21 @@ class ChatStore:
         return Page(items, next_cursor)
 
     def open_session(self, user_id: str, session_id: str, *, cursor: str | None = None) -> SessionView:
-        """The session meta and its newest 20 turns (1 Query, Limit 21), or an older page of 20 turns."""
+        """The running summary, the session meta and its newest 20 turns (1 Query, Limit 22), or an older page.
+
+        SUM#RUNNING sorts after SES#META, which sorts after every MSG#: descending, the
+        summary and the meta come first. Limit 22 leaves room for both; a session with no
+        summary yet returns a 21st turn, which is dropped and re-read on the next page
+        (the cursor points at the 20th), so a page is always 20 turns.
+        """
         if not keys.is_id(session_id):
             raise SessionNotFound("No such chat.")
         pk = keys.session_pk(user_id, session_id)
         params: dict[str, Any] = dict(
             KeyConditionExpression="pk = :pk",
             ExpressionAttributeValues=to_item({":pk": pk}),
-            ScanIndexForward=False,  # SES#META sorts after every MSG#, so it comes first
-            Limit=TURNS_PAGE + 1,
+            ScanIndexForward=False,  # SUM# and SES#META sort after every MSG#, so they come first
+            Limit=TURNS_PAGE + 2,
             ConsistentRead=True,
         )
         remaining = None
@@ -372,29 +378,34 @@ class ChatStore:
             params["Limit"] = TURNS_PAGE
         with self._db.action("open", user_id):
             response = self._call("query", **params)
-        session, messages = None, []
-        # Classify by sort key: other record kinds may share the partition (summaries and
-        # whatever comes later); a reader skips what it does not know instead of failing.
+        session, summary, messages = None, None, []
+        # Classify by sort key: other record kinds may share the partition (whatever comes
+        # later); a reader skips what it does not know instead of failing.
         for item in response.get("Items", []):
             kind = keys.record_kind(item["sk"]["S"])
             if kind == keys.META and cursor is None:
                 session = Session.from_item(from_item(item))
+            elif kind == keys.SUMMARY and cursor is None:
+                summary = Summary.from_item(from_item(item))
             elif kind == keys.TURN:
                 messages.append(Message.from_item(from_item(item), size=item_size(item)))
             elif kind != keys.SUMMARY:
                 logs.warning("store.unknown_record", kind=kind, operation="open_session")
+        last_sk = response["LastEvaluatedKey"]["sk"]["S"] if response.get("LastEvaluatedKey") else None
+        if len(messages) > TURNS_PAGE:  # no summary took its slot: keep 20, the next page starts after the 20th
+            messages = messages[:TURNS_PAGE]
+            last_sk = keys.message_sk(messages[-1].message_id)
         if cursor is None:
             if session is None:
                 raise SessionNotFound("No such chat.")
             remaining = session.message_count
         remaining -= len(messages)
-        last = response.get("LastEvaluatedKey")
         # message_count tells us when the oldest turn is loaded, which saves the
         # empty extra Query a bare LastEvaluatedKey would cost at a page boundary.
-        next_cursor = self._cursors.encode(pk, {"sk": last["sk"]["S"], "left": remaining}) \
-            if last and remaining > 0 else None
+        next_cursor = self._cursors.encode(pk, {"sk": last_sk, "left": remaining}) \
+            if last_sk and remaining > 0 else None
         messages.reverse()  # oldest first, for display
-        return SessionView(session, messages, next_cursor)
+        return SessionView(session, messages, next_cursor, summary)
 
     def all_messages(self, user_id: str, session_id: str) -> list[Message]:
         """Every turn of a session, oldest first, for export (1 Query per 1 MB)."""

@@ -1,31 +1,24 @@
-"""The context loader: which earlier turns go to the model with a question (seed 003's SessionContextLoader).
-
-It reads only the turns the session Query already loaded (no extra DynamoDB read),
-keeps the newest ones that fit the token budget, and says how many it left out, so
-the page can tell the user instead of truncating silently. Failed and pending
-turns are skipped: a question without its answer must not look answered.
+"""Context for a turn: the SessionContextLoader (lib/context) when the caller has a ContextEngine, else the
+loader over the loaded turns alone; `build_context` is the old newest-window loader, kept as the benchmark's
+baseline (bench/context_recall.py).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from lib.context import tokens
+from lib.context.loader import Context, SessionContextLoader, Source
+from lib.context.recall import answered
+from lib.storage.records import Message
+from lib.turn.models import Prompt
 
-from lib.turn.models import Prompt, estimate_tokens
-from lib.storage.records import DONE, Message
-
-
-@dataclass(frozen=True)
-class Context:
-    prompt: Prompt
-    turns_included: int  # earlier turns sent with the question; the page compares it to the session's count
+__all__ = ["Context", "SessionContextLoader", "build_context", "loaded_only"]
 
 
 def build_context(system: str, history: list[Message], question: str, *, budget_tokens: int) -> Context:
-    """The prompt for `question` after `history` (the loaded turns, oldest first, as displayed)."""
-    answered = [m for m in history if m.status == DONE and m.output_body]
-    spent = estimate_tokens(system) + estimate_tokens(question)
+    """The newest answered turns of `history` that fit the budget (the baseline: no summary, memories, recall)."""
+    spent = tokens.count(system) + tokens.count(question)
     chosen: list[Message] = []
-    for turn in reversed(answered):
-        cost = estimate_tokens(turn.input_body) + estimate_tokens(turn.output_body)
+    for turn in reversed([m for m in history if answered(m)]):
+        cost = tokens.count(turn.input_body) + tokens.count(turn.output_body)
         if spent + cost > budget_tokens:
             break
         chosen.append(turn)
@@ -33,7 +26,16 @@ def build_context(system: str, history: list[Message], question: str, *, budget_
     chosen.reverse()
     messages: list[dict[str, str]] = []
     for turn in chosen:
-        messages.append({"role": "user", "content": turn.input_body})
-        messages.append({"role": "assistant", "content": turn.output_body})
+        messages += [{"role": "user", "content": turn.input_body}, {"role": "assistant", "content": turn.output_body}]
     messages.append({"role": "user", "content": question})
-    return Context(Prompt(system, messages), len(chosen))
+    sources = (Source("system", tokens.count(system)),
+               *(Source("turn", tokens.count(t.input_body) + tokens.count(t.output_body), t.message_id)
+                 for t in chosen), Source("question", tokens.count(question)))
+    return Context(Prompt(system, messages), len(chosen), sources, spent, budget_tokens)
+
+
+def loaded_only(system: str, history: list[Message], question: str, *, budget_tokens: int,
+                earlier_turns: int | None = None) -> Context:
+    """The loader with only what the caller loaded (no memories, summary or recall): no request at all."""
+    return SessionContextLoader().load(user_id="", session_id=None, system=system, question=question,
+                                       history=history, budget=budget_tokens, earlier_turns=earlier_turns)

@@ -27,10 +27,26 @@ class Usage:
 
 @dataclass(frozen=True)
 class Prompt:
-    """What the model sees: a system prompt and alternating user/assistant turns ending with the question."""
+    """What the model sees: a system prompt and alternating user/assistant turns ending with the question.
+
+    `cache_prefix` is the start of `system` that stays the same from one question to the next (instructions,
+    memories, summary): providers that cache prompts mark it, so a reply within minutes pays cache reads.
+    """
 
     system: str
     messages: list[dict[str, str]]
+    cache_prefix: str = ""
+
+    def system_blocks(self) -> str | list[dict[str, Any]]:
+        """The Anthropic `system` parameter: the stable prefix as a cached block, the rest (recalled turns) after."""
+        if not self.cache_prefix or not self.system.startswith(self.cache_prefix):
+            return self.system
+        blocks: list[dict[str, Any]] = [{"type": "text", "text": self.cache_prefix,
+                                         "cache_control": {"type": "ephemeral"}}]
+        rest = self.system[len(self.cache_prefix):]
+        if rest.strip():
+            blocks.append({"type": "text", "text": rest})
+        return blocks
 
 
 @dataclass
@@ -76,6 +92,8 @@ class ChatModel(Protocol):
 
     def title(self, question: str, answer: str) -> tuple[str, Usage]: ...
 
+
+COMPLETE_TIMEOUT_S = 60.0  # a background summary or extraction never waits on the model longer than this
 
 TITLE_INSTRUCTION = ("Write a title of 3 to 6 words for a chat that starts with the user's message below. "
                      "Reply with the title only: no quotes, no final period.")
@@ -124,8 +142,8 @@ class AnthropicModel:
     def stream(self, prompt: Prompt) -> Reply:
         def source() -> Iterator[Any]:
             # The SDK retries 429/529/connection errors before the first byte; a drop mid-stream is final.
-            with self._client.messages.stream(model=self.name, max_tokens=self.max_tokens, system=prompt.system,
-                                              messages=prompt.messages) as stream:
+            with self._client.messages.stream(model=self.name, max_tokens=self.max_tokens,
+                                              system=prompt.system_blocks(), messages=prompt.messages) as stream:
                 yield from stream.text_stream
                 yield _usage(stream.get_final_message().usage)
 
@@ -140,6 +158,17 @@ class AnthropicModel:
             raise ModelError(describe_failure(exc, started=False)) from exc
         text = "".join(getattr(block, "text", "") for block in response.content)
         return clean_title(text, fallback), _usage(response.usage)
+
+    def complete(self, system: str, text: str, *, model: str, max_tokens: int,
+                 timeout_s: float = COMPLETE_TIMEOUT_S) -> tuple[str, Usage]:
+        """One non-streamed call with a deadline (summaries, memory extraction), on `model` (a cheaper one);
+        ModelError on any failure."""
+        try:
+            response = self._client.messages.create(model=model, max_tokens=max_tokens, system=system,
+                                                    messages=[{"role": "user", "content": text}], timeout=timeout_s)
+        except Exception as exc:
+            raise ModelError(describe_failure(exc, started=False)) from exc
+        return "".join(getattr(block, "text", "") for block in response.content), _usage(response.usage)
 
 
 def _usage(usage: Any) -> Usage:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Iterator
 
 from lib.storage import keys
-from lib.turn.context import Context, build_context
+from lib.turn.context import Context, loaded_only
 from lib.errors import ChatError, MessageNotPending
 from lib.usage.ledger import Ledger
 from lib.turn.models import ChatModel, Reply, Usage
@@ -88,23 +88,42 @@ class Turn:
         return self.saved
 
 
+def _context(engine, cache, user_id: str, session: Session, question: str, history: list[Message], *,
+             system_prompt_id: str, budget_tokens: int, summary, earlier_turns: int) -> Context:
+    """The SessionContextLoader's context (with an engine: memories, summary, recall), after the commit."""
+    if engine is None or cache is None:
+        return loaded_only(system_prompt(system_prompt_id), history, question, budget_tokens=budget_tokens,
+                           earlier_turns=earlier_turns)
+    return engine.context(cache, user_id, session, question, history, summary=summary,
+                          system_prompt_id=system_prompt_id, budget=budget_tokens, earlier_turns=earlier_turns)
+
+
 def begin_turn(store: ChatStore, model: ChatModel, user_id: str, session: Session | None, question: str,
                history: list[Message], *, system_prompt_id: str, budget_tokens: int,
-               ledger: Ledger | None = None) -> Turn:
-    """Commit the question (create_session or send_message: one transaction), before any model call."""
+               ledger: Ledger | None = None, engine=None, cache=None, summary=None) -> Turn:
+    """Commit the question (create_session or send_message: one transaction), before any model call.
+
+    With `engine` (lib.context.engine.ContextEngine) and `cache` (the browser session's ContextCache), the
+    context has memories, the `summary` the page read with the chat, and recalled older turns (at most 2
+    requests beyond the page's, after the commit); without, the newest loaded turns that fit."""
     if session is None:
         session, message = store.create_session(user_id, question, system_prompt_id=system_prompt_id)
     else:
         session, message = store.send_message(user_id, session, question, system_prompt_id=system_prompt_id)
-    context = build_context(system_prompt(system_prompt_id), history, question, budget_tokens=budget_tokens)
+    context = _context(engine, cache, user_id, session, question, history, system_prompt_id=system_prompt_id,
+                       budget_tokens=budget_tokens, summary=summary, earlier_turns=session.message_count - 1)
     return Turn(store, model, user_id, session, message, context, ledger=ledger)
 
 
 def retry_turn(store: ChatStore, model: ChatModel, user_id: str, session: Session, message: Message,
-               history: list[Message], *, budget_tokens: int, ledger: Ledger | None = None) -> Turn:
+               history: list[Message], *, budget_tokens: int, ledger: Ledger | None = None, engine=None,
+               cache=None, summary=None) -> Turn:
     """Regenerate a failed or interrupted turn in place: the same question, no second one (1 UpdateItem)."""
     restarted = store.restart_message(user_id, message)
     earlier = [m for m in history if m.message_id < message.message_id]
-    context = build_context(system_prompt(message.system_prompt_id), earlier, message.input_body,
-                            budget_tokens=budget_tokens)
+    # Every turn before the retried one (the page may hold only some of them).
+    before = session.message_count - 1 - sum(1 for m in history if m.message_id > message.message_id)
+    context = _context(engine, cache, user_id, session, message.input_body, earlier,
+                       system_prompt_id=message.system_prompt_id, budget_tokens=budget_tokens, summary=summary,
+                       earlier_turns=max(before, len(earlier)))
     return Turn(store, model, user_id, session, restarted, context, ledger=ledger)

@@ -29,7 +29,7 @@ CHARGED_FAILURES = ("ConditionalCheckFailedException", "TransactionCanceledExcep
 
 # What a request was for: the cost page's vocabulary ("title" is the rename after a model-written title).
 ACTIONS = ("sidebar", "open", "create", "send", "finish", "fail", "retry", "rename", "feedback", "title", "export", "ledger",
-           "admin", "other")
+           "admin", "other", "summary", "memory", "recall")
 
 
 # --- the model -------------------------------------------------------------

@@ -1,0 +1,43 @@
+"""What the context engine keeps per browser session (the page holds one in st.session_state).
+
+Turn pools per chat (older turns read once, at most 2 Queries) and the user's memories
+(read once, 1 Query, then kept current by this session's own extractions and edits).
+Bounded: a few chats, so a long browser session does not grow without limit. A
+memory added or edited in another tab shows here after a reload (a new browser session).
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+from lib.context.recall import TurnPool
+from lib.storage.records import Memory
+
+MAX_POOLS = 8
+
+
+@dataclass
+class MemoryState:
+    memories: list[Memory]
+    enabled: bool
+
+
+@dataclass
+class ContextCache:
+    pools: OrderedDict = field(default_factory=OrderedDict)
+    memory: dict[str, MemoryState] = field(default_factory=dict)
+    max_pools: int = MAX_POOLS
+
+    def pool(self, user_id: str, session_id: str) -> TurnPool:
+        key = (user_id, session_id)
+        found = self.pools.get(key)
+        if found is None:
+            found = self.pools[key] = TurnPool()
+        self.pools.move_to_end(key)
+        while len(self.pools) > self.max_pools:
+            self.pools.popitem(last=False)
+        return found
+
+    def forget_memories(self, user_id: str) -> None:
+        """After the Memory page changed something: the next question reads them again (1 Query)."""
+        self.memory.pop(user_id, None)

@@ -1,0 +1,224 @@
+"""SessionContextLoader (seed 003): the one place that decides what the model sees with a question.
+
+Given the system prompt, the user's memories, the session's running summary, the loaded turns, recall
+and a token budget, it returns the prompt and its sources. Prompt order: system prompt, memory block,
+summary (together the cached prefix), recalled older turns, then the newest turns verbatim and the
+question as messages. Budget order (what is dropped last first): the system prompt and the question
+(always; alone if they pass the budget), the newest turn, memories (up to a quarter of the budget),
+the summary (up to a quarter, its oldest lines dropped if longer), recalled turns (up to half of what
+is left), more newest turns, then more recalled turns with whatever remains.
+
+Invariants (tests/test_context_loader.py, with random inputs): never more tokens than the budget
+unless the system prompt and question alone pass it; a turn is sent with its answer or not at all
+(failed and pending turns never); every part sent is listed in `sources` with its token count; what
+was summarised or left out is said in `note`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from lib.context import memories as memory_rules
+from lib.context import tokens
+from lib.context.recall import Recall, answered
+from lib.storage.records import Memory, Message, Summary
+from lib.turn.models import Prompt
+
+MEMORY_SHARE = 0.25
+SUMMARY_SHARE = 0.25
+RECALL_SHARE = 0.5
+NEWEST_SHARE = 0.4  # the newest turn is sent whole if it takes at most this much of the budget left
+RECALL_QUESTION_TOKENS, RECALL_ANSWER_TOKENS = 150, 250  # a recalled turn too long is sent as an excerpt
+MIN_EXCERPT_TOKENS = 24
+RECALL_HEADER = "Earlier turns of this chat that may be relevant (recalled; oldest first):"
+
+
+@dataclass(frozen=True)
+class Source:
+    """One part of the prompt: kind is system, memory, summary, recalled, turn or question."""
+
+    kind: str
+    tokens: int
+    id: str | None = None  # the message id (turns), memory id, or summary version
+    excerpt: bool = False  # cut to fit (a recalled turn, or the summary's oldest lines)
+    time: str | None = None
+
+    def record(self) -> dict:
+        """Ids and counts only (what a turn item stores; never copies of the text)."""
+        out = {"kind": self.kind, "tokens": self.tokens}
+        if self.id is not None:
+            out["id"] = self.id
+        if self.excerpt:
+            out["excerpt"] = True
+        return out
+
+
+@dataclass(frozen=True)
+class Context:
+    prompt: Prompt
+    turns_included: int  # earlier turns sent (newest verbatim + recalled)
+    sources: tuple[Source, ...] = ()
+    tokens: int = 0
+    budget: int = 0
+    note: str | None = None  # what was summarised or left out; None when everything earlier was sent
+    memory_ids: tuple[str, ...] = field(default=())
+
+    def sources_record(self) -> list[dict]:
+        return [s.record() for s in self.sources]
+
+
+def _turn_text(turn: Message, question_budget: int | None = None, answer_budget: int | None = None
+               ) -> tuple[str, bool]:
+    q, a = turn.input_body, turn.output_body
+    cut = False
+    if question_budget is not None and tokens.count(q) > question_budget:
+        q, cut = tokens.clip(q, max(question_budget, MIN_EXCERPT_TOKENS)), True
+    if answer_budget is not None and tokens.count(a) > answer_budget:
+        a, cut = tokens.clip(a, max(answer_budget, MIN_EXCERPT_TOKENS)), True
+    return f"[{turn.create_time[:16].replace('T', ' ')}] User: {q}\nAssistant: {a}", cut
+
+
+def _summary_block(summary: Summary, budget: int) -> tuple[str, bool]:
+    """The summary under a heading; over `budget`, its oldest lines are dropped (marked), never its newest."""
+    head = f"Summary of the earlier part of this chat ({summary.covered_turns} turns):"
+    lines = summary.text.splitlines()
+    text = "\n".join([head, *lines])
+    cut = False
+    while lines and tokens.count(text) > budget:
+        lines.pop(1 if len(lines) > 1 and cut else 0)
+        if not cut:
+            lines.insert(0, "(older part of the summary left out)")
+            cut = True
+        text = "\n".join([head, *lines])
+    return (text, cut) if tokens.count(text) <= budget and len(lines) > int(cut) else ("", cut)
+
+
+class SessionContextLoader:
+    """Assembles one bounded context; reads nothing itself (its inputs come from the page or the caller)."""
+
+    def __init__(self, recall: Recall | None = None, *, recall_turns: int = 4):
+        self.recall = recall
+        self.recall_turns = recall_turns
+
+    def load(self, *, user_id: str, session_id: str | None, system: str, question: str, history: list[Message],
+             budget: int, memories: list[Memory] = (), summary: Summary | None = None,
+             earlier_turns: int | None = None) -> Context:
+        """The prompt for `question` after `history` (earlier turns the caller has, oldest first)."""
+        turns = sorted((m for m in history if answered(m)), key=lambda m: m.message_id)
+        earlier = max(earlier_turns if earlier_turns is not None else len(history), len(history))
+        base = tokens.count(system) + tokens.count(question)
+        if base >= budget or not question:
+            return self._assemble(system, question, budget, [], "", None, [], [], earlier)
+        left = budget - base
+
+        verbatim: list[Message] = []  # newest first
+        cost = lambda m: tokens.count(m.input_body) + tokens.count(m.output_body)  # noqa: E731
+        if turns and cost(turns[-1]) <= left * NEWEST_SHARE:
+            verbatim.append(turns[-1])
+            left -= cost(turns[-1])
+
+        # Each block joins the system text with a blank line: one token more than the block itself.
+        chosen_memories = memory_rules.choose(list(memories), question, min(left, int(budget * MEMORY_SHARE)) - 1)
+        memory_block = memory_rules.render_block(chosen_memories) if chosen_memories else ""
+        left -= tokens.count(memory_block) + 1 if memory_block else 0
+
+        summary_block, summary_cut = ("", False)
+        if summary is not None and summary.text.strip():
+            summary_block, summary_cut = _summary_block(summary, min(left, int(budget * SUMMARY_SHARE)) - 1)
+            left -= tokens.count(summary_block) + 1 if summary_block else 0
+
+        candidates = self._recalled(user_id, session_id, question, frozenset(m.message_id for m in verbatim))
+        recalled: list[tuple[Message, str, bool]] = []
+
+        def take_recalled(room: int, limit: int, skip: set[str]) -> int:
+            """Recalled turns, best first, whole or as an excerpt, within `room`; returns the tokens spent."""
+            spent = 0
+            for turn in candidates:
+                if len(recalled) >= limit:
+                    break
+                if turn.message_id in skip or any(turn.message_id == r[0].message_id for r in recalled):
+                    continue
+                header = 0 if recalled else tokens.count(RECALL_HEADER) + 1
+                text, cut = _turn_text(turn)
+                avail = room - spent - header - 1
+                if tokens.count(text) > avail:  # an excerpt sized to the room left, never below a useful size
+                    asked = min(RECALL_QUESTION_TOKENS, max(MIN_EXCERPT_TOKENS, avail // 3))
+                    text, cut = _turn_text(turn, asked, min(RECALL_ANSWER_TOKENS, avail - asked - 12))
+                need = tokens.count(text) + 1 + header
+                if need <= room - spent:
+                    recalled.append((turn, text, cut))
+                    spent += need
+            return spent
+
+        left -= take_recalled(int(left * RECALL_SHARE), self.recall_turns, set())
+        recalled_ids = {r[0].message_id for r in recalled}
+        for turn in reversed(turns[:-1] if verbatim else turns):  # more newest turns, contiguous
+            if turn.message_id in recalled_ids or cost(turn) > left:
+                break
+            verbatim.append(turn)
+            left -= cost(turn)
+        if left > 0:  # room to spare: more recalled turns
+            left -= take_recalled(left, self.recall_turns * 2, {v.message_id for v in verbatim})
+        verbatim.reverse()
+        recalled.sort(key=lambda r: r[0].message_id)
+        return self._assemble(system, question, budget, chosen_memories, memory_block,
+                              (summary, summary_block, summary_cut) if summary_block else None, recalled, verbatim,
+                              earlier)
+
+    def _recalled(self, user_id: str, session_id: str | None, question: str, exclude: frozenset[str]
+                  ) -> list[Message]:
+        if self.recall is None or session_id is None:
+            return []
+        return [r.message for r in self.recall.recall(user_id, session_id, question, self.recall_turns * 2,
+                                                      exclude=exclude)]
+
+    @staticmethod
+    def _assemble(system: str, question: str, budget: int, memories: list[Memory], memory_block: str,
+                  summary_part: tuple[Summary, str, bool] | None, recalled: list[tuple[Message, str, bool]],
+                  verbatim: list[Message], earlier: int) -> Context:
+        sources = [Source("system", tokens.count(system))]
+        sources += [Source("memory", tokens.count(f"- [{m.create_time[:10]}] {m.text}"), m.memory_id,
+                           time=m.create_time) for m in memories]
+        stable = [system]
+        if memory_block:
+            stable.append(memory_block)
+        if summary_part:
+            summary, block, cut = summary_part
+            stable.append(block)
+            sources.append(Source("summary", tokens.count(block), str(summary.version), cut, summary.update_time))
+        prefix = "\n\n".join(stable)
+        full = prefix
+        if recalled:
+            full += "\n\n" + "\n\n".join([RECALL_HEADER, *(text for _, text, _ in recalled)])
+            sources += [Source("recalled", tokens.count(text) + 1, m.message_id, cut, m.create_time)
+                        for m, text, cut in recalled]
+        messages: list[dict[str, str]] = []
+        for turn in verbatim:
+            messages += [{"role": "user", "content": turn.input_body},
+                         {"role": "assistant", "content": turn.output_body}]
+            sources.append(Source("turn", tokens.count(turn.input_body) + tokens.count(turn.output_body),
+                                  turn.message_id, time=turn.create_time))
+        messages.append({"role": "user", "content": question})
+        sources.append(Source("question", tokens.count(question)))
+        total = tokens.count(full) + sum(tokens.count(m["content"]) for m in messages)
+        prompt = Prompt(full, messages, cache_prefix=prefix if (memory_block or summary_part) else "")
+        note = _note(earlier, len(verbatim), len(recalled), summary_part, len(memories))
+        return Context(prompt, len(verbatim) + len(recalled), tuple(sources), total, budget, note,
+                       tuple(m.memory_id for m in memories))
+
+
+def _note(earlier: int, verbatim: int, recalled: int, summary_part, memories: int) -> str | None:
+    """One sentence for the page: what the model saw of the earlier turns, and what it did not."""
+    sent = verbatim + recalled
+    if sent >= earlier:
+        return None
+    parts = [f"the newest {verbatim}" + (f" and {recalled} recalled" if recalled else "") + f" of {earlier} earlier turns"]
+    covered = 0
+    if summary_part:
+        summary, _, cut = summary_part
+        covered = summary.covered_turns
+        parts.append(f"a summary of the {covered} oldest" + (" (its oldest part left out)" if cut else ""))
+    if memories:
+        parts.append(f"{memories} memor{'y' if memories == 1 else 'ies'}")
+    left_out = max(0, earlier - sent - covered)
+    text = "The model saw " + ", ".join(parts)
+    return text + (f"; {left_out} earlier turns were left out (token budget)." if left_out else ".")

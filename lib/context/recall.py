@@ -1,0 +1,114 @@
+"""Recall of older turns: the turns most relevant to a question, from what was already read.
+
+`Recall` is the interface; `KeywordRecall` scores turns by BM25 over keyword terms
+(words, and character bigrams for CJK text). Semantic recall (issue 11: SearchVectors
+over VEC#<session>#<message> items) implements the same protocol and can be fused with
+it. KeywordRecall costs no full read: it scores the turns the page loaded plus the older
+turns a `TurnPool` read once per browser session and chat (at most OLDER_PAGES Queries
+of 1 MB, none when the whole chat was loaded); the pool is then extended with each new turn.
+"""
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from lib.context import tokens
+from lib.storage.records import DONE, Message
+from lib.storage.summaries import SummaryStore
+
+
+@dataclass(frozen=True)
+class RecalledTurn:
+    message: Message
+    score: float
+
+
+class Recall(Protocol):
+    def recall(self, user_id: str, session_id: str, question: str, k: int, *,
+               exclude: frozenset[str] = frozenset()) -> list[RecalledTurn]:
+        """The k turns of the session most relevant to `question`, best first, none of `exclude` (message ids)."""
+        ...
+
+
+def answered(turn: Message) -> bool:
+    """A turn that may be sent: a question with its answer (never one without the other)."""
+    return turn.status == DONE and bool(turn.output_body)
+
+
+@dataclass
+class TurnPool:
+    """The turns of one chat this browser session knows, by id; `complete` once the oldest is among them."""
+
+    turns: dict[str, Message] = field(default_factory=dict)
+    complete: bool = False
+    requests: int = 0  # DynamoDB requests this pool has spent (the issue's budget: at most 2 per chat)
+    _terms: dict[str, Counter] = field(default_factory=dict, repr=False)
+
+    def add(self, turns: list[Message]) -> None:
+        for turn in turns:
+            old = self.turns.get(turn.message_id)
+            if old != turn:
+                self.turns[turn.message_id] = turn
+                self._terms.pop(turn.message_id, None)
+
+    def ordered(self) -> list[Message]:
+        return [self.turns[i] for i in sorted(self.turns)]  # ULIDs sort in creation order
+
+    def terms(self, turn: Message) -> Counter:
+        found = self._terms.get(turn.message_id)
+        if found is None:  # the question counts twice: what the user said carries the facts they ask about later
+            found = Counter(tokens.terms(turn.input_body) * 2 + tokens.terms(turn.output_body))
+            self._terms[turn.message_id] = found
+        return found
+
+    def fill(self, store: SummaryStore | None, user_id: str, session_id: str, earlier_turns: int,
+             loaded: list[Message], *, pages: int = 2) -> None:
+        """Know `loaded` and, once per pool, the older turns (at most `pages` Queries); 0 requests if all are
+        loaded."""
+        self.add(loaded)
+        if self.complete or len(self.turns) >= earlier_turns:
+            self.complete = True
+            return
+        if store is None or not self.turns or self.requests:
+            return
+        older, reached, spent = store.turns_before(user_id, session_id, min(self.turns), pages=pages)
+        self.requests += spent
+        self.add(older)
+        self.complete = reached
+
+
+class KeywordRecall:
+    """BM25 over a pool's answered turns; a newer turn wins a tie (a fact restated later replaces the old one)."""
+
+    def __init__(self, pools: "PoolSource", k1: float = 1.2, b: float = 0.75):
+        self._pools = pools
+        self._k1, self._b = k1, b
+
+    def recall(self, user_id: str, session_id: str, question: str, k: int, *,
+               exclude: frozenset[str] = frozenset()) -> list[RecalledTurn]:
+        pool = self._pools.pool(user_id, session_id)
+        query = set(tokens.terms(question))
+        docs = [t for t in pool.ordered() if answered(t) and t.message_id not in exclude]
+        if not query or not docs or k <= 0:
+            return []
+        bags = [pool.terms(t) for t in docs]
+        average = sum(sum(b.values()) for b in bags) / len(bags) or 1.0
+        frequency = Counter(term for bag in bags for term in query if term in bag)
+        scored = []
+        for position, (turn, bag) in enumerate(zip(docs, bags)):
+            length, score = sum(bag.values()), 0.0
+            for term in query:
+                tf = bag.get(term, 0)
+                if tf:
+                    idf = math.log(1 + (len(docs) - frequency[term] + 0.5) / (frequency[term] + 0.5))
+                    score += idf * tf * (self._k1 + 1) / (tf + self._k1 * (1 - self._b + self._b * length / average))
+            if score > 0:
+                scored.append(RecalledTurn(turn, score * (1 + 0.05 * position / len(docs))))
+        scored.sort(key=lambda r: (-r.score, r.message.message_id))
+        return scored[:k]
+
+
+class PoolSource(Protocol):
+    def pool(self, user_id: str, session_id: str) -> TurnPool: ...

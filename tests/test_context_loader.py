@@ -1,0 +1,140 @@
+"""The SessionContextLoader alone: within budget for random inputs, whole turns only, sources and notes."""
+import random
+
+import pytest
+
+from lib.context import tokens
+from lib.context.cache import ContextCache
+from lib.context.loader import RECALL_HEADER, SessionContextLoader
+from lib.context.recall import KeywordRecall
+from lib.storage.records import DONE, FAILED, PENDING, Memory, Message, Summary
+
+WORDS = ("deploy window thursday postgres port staging budget tabs spaces kafka retention 部署 窗口 数据库 "
+         "alice bob invoice quarterly latency redis cache python rust migration").split()
+
+
+def turn(i, q, a, status=DONE):
+    return Message(message_id=f"{i:026d}", session_id="s", create_time=f"2026-11-{1 + i % 28:02d}T08:30:45.123Z",
+                   input_body=q, system_prompt_id="default-v1", status=status, output_body=a)
+
+
+def text(rng, n):
+    return " ".join(rng.choice(WORDS) for _ in range(n))
+
+
+def random_case(seed):
+    rng = random.Random(seed)
+    history = []
+    for i in range(rng.randint(0, 60)):
+        status = rng.choice([DONE] * 8 + [FAILED, PENDING])
+        history.append(turn(i, text(rng, rng.randint(1, 80)), text(rng, rng.randint(0, 900)) if status == DONE
+                            or rng.random() < 0.5 else "", status))
+    memories = [Memory(f"m{i}", "u", text(rng, rng.randint(2, 30)), "s", None, f"2026-10-{1 + i:02d}T00:00:00.000Z")
+                for i in range(rng.randint(0, 12))]
+    summary = Summary("s", "\n".join(text(rng, 20) for _ in range(rng.randint(1, 30))), 3, history[-1].message_id
+                      if history else "", 10, "extractive", "extractive", "2026-11-01T00:00:00.000Z") \
+        if rng.random() < 0.7 else None
+    return rng, history, memories, summary
+
+
+def loader_for(history):
+    cache = ContextCache()
+    cache.pool("u", "s").add(history)
+    return SessionContextLoader(KeywordRecall(cache), recall_turns=4)
+
+
+class TestBudget:
+    @pytest.mark.parametrize("seed", range(300))
+    def test_random_inputs_never_pass_the_budget_and_never_send_a_question_without_its_answer(self, seed):
+        rng, history, memories, summary = random_case(seed)
+        budget = rng.choice([50, 200, 1000, 2000, 4000, 24000])
+        system, question = text(rng, rng.randint(5, 40)), text(rng, rng.randint(1, 300))
+        context = loader_for(history).load(user_id="u", session_id="s", system=system, question=question,
+                                           history=history, budget=budget, memories=memories, summary=summary)
+        sent = tokens.count(context.prompt.system) + sum(tokens.count(m["content"]) for m in context.prompt.messages)
+        assert sent == context.tokens
+        floor = tokens.count(system) + tokens.count(question)
+        assert sent <= max(budget, floor)
+        if floor >= budget:
+            assert context.prompt.messages == [{"role": "user", "content": question}]
+        # Messages alternate user/assistant and each verbatim user turn is followed by its own answer.
+        roles = [m["role"] for m in context.prompt.messages]
+        assert roles == ["user", "assistant"] * ((len(roles) - 1) // 2) + ["user"]
+        by_id = {m.message_id: m for m in history}
+        pairs = context.prompt.messages[:-1]
+        verbatim = [s for s in context.sources if s.kind == "turn"]
+        for source, (q, a) in zip(verbatim, zip(pairs[::2], pairs[1::2])):
+            original = by_id[source.id]
+            assert original.status == DONE and original.output_body
+            assert (q["content"], a["content"]) == (original.input_body, original.output_body)
+        for source in context.sources:
+            if source.kind in ("turn", "recalled"):
+                assert by_id[source.id].status == DONE and by_id[source.id].output_body
+        # No turn twice, and every part is a listed source with its tokens.
+        ids = [s.id for s in context.sources if s.kind in ("turn", "recalled")]
+        assert len(ids) == len(set(ids))
+        assert context.sources[0].kind == "system" and context.sources[-1].kind == "question"
+        assert all(s.tokens > 0 for s in context.sources)
+
+    def test_a_question_larger_than_the_budget_is_sent_alone(self):
+        history = [turn(1, "q", "a")]
+        context = SessionContextLoader().load(user_id="u", session_id="s", system="sys", question="z" * 10_000,
+                                              history=history, budget=100)
+        assert context.prompt.messages == [{"role": "user", "content": "z" * 10_000}]
+        assert context.note == "The model saw the newest 0 of 1 earlier turns; 1 earlier turns were left out (token budget)."
+
+
+class TestOrderAndSources:
+    def setup_method(self):
+        self.history = [turn(i, f"question {i} about lunch", f"answer {i} " + "filler " * 200) for i in range(30)]
+        self.history[3] = turn(3, "Our staging postgres listens on port 5433.", "Noted: staging uses port 5433.")
+        self.memories = [Memory("m1", "u", "I prefer tabs over spaces.", "s", None, "2026-10-01T00:00:00.000Z")]
+        self.summary = Summary("s", "- early: the user set up staging", 2, self.history[20].message_id, 21,
+                               "extractive", "extractive", "2026-11-01T00:00:00.000Z")
+
+    def load(self, budget=2000, question="which port does staging postgres use?"):
+        return loader_for(self.history).load(user_id="u", session_id="s", system="You help.", question=question,
+                                             history=self.history, budget=budget, memories=self.memories,
+                                             summary=self.summary, earlier_turns=30)
+
+    def test_prompt_order_is_system_memories_summary_recalled_then_newest_turns_and_the_question(self):
+        context = self.load()
+        system = context.prompt.system
+        assert system.index("You help.") < system.index("I prefer tabs") < system.index("set up staging") \
+            < system.index(RECALL_HEADER) < system.index("port 5433")
+        assert context.prompt.cache_prefix and system.startswith(context.prompt.cache_prefix)
+        assert RECALL_HEADER not in context.prompt.cache_prefix  # recalled turns change per question: not cached
+        assert context.prompt.messages[-2]["content"].startswith("answer 29")
+        kinds = [s.kind for s in context.sources]
+        assert kinds[:3] == ["system", "memory", "summary"] and kinds[-1] == "question"
+        assert [s.id for s in context.sources if s.kind == "recalled"][0] == self.history[3].message_id
+        assert context.memory_ids == ("m1",)
+
+    def test_the_note_says_what_was_summarised_and_left_out(self):
+        context = self.load()
+        verbatim = sum(s.kind == "turn" for s in context.sources)
+        recalled = sum(s.kind == "recalled" for s in context.sources)
+        left = 30 - verbatim - recalled - 21
+        assert context.note == (f"The model saw the newest {verbatim} and {recalled} recalled of 30 earlier turns, "
+                                f"a summary of the 21 oldest, 1 memory; {left} earlier turns were left out "
+                                "(token budget).")
+
+    def test_everything_fits_means_no_note(self):
+        short = [turn(i, f"q{i}", f"a{i}") for i in range(3)]
+        context = SessionContextLoader().load(user_id="u", session_id="s", system="s", question="q", history=short,
+                                              budget=1000)
+        assert context.note is None and context.turns_included == 3
+        assert context.prompt.cache_prefix == ""  # nothing stable beyond the system prompt: nothing marked
+
+    def test_a_long_recalled_turn_is_sent_as_a_marked_excerpt(self):
+        self.history[3] = turn(3, "Our staging postgres listens on port 5433. " + "context " * 400,
+                               "Noted: port 5433. " + "detail " * 2000)
+        context = self.load(budget=1000)
+        (recalled,) = [s for s in context.sources if s.kind == "recalled"][:1]
+        assert recalled.id == self.history[3].message_id and recalled.excerpt
+        assert context.tokens <= 1000 and "5433" in context.prompt.system
+
+    def test_chinese_questions_recall_by_character_bigrams(self):
+        self.history[5] = turn(5, "我们的部署窗口是每周四下午两点。", "好的，部署窗口定在周四下午两点。")
+        context = self.load(question="部署窗口是什么时候？")
+        assert self.history[5].message_id in [s.id for s in context.sources if s.kind == "recalled"]

@@ -57,6 +57,15 @@ SETTINGS: dict[str, tuple[str, str]] = {
     "CHAT_PRICE_STORAGE_GB_MONTH": ("0.25", "USD per GB-month of table storage."),
     "CHAT_MODEL_PRICES": ("", "JSON object of model -> [USD per M input tokens, per M output tokens], merged over "
                               "the built-in list prices (`lib/usage/pricing.py`)."),
+    # The context engine (README: "Context: summaries, memories, recall").
+    "CHAT_SUMMARY_MODEL": ("", "Cheaper model that writes running summaries and extracts memories. Unset: "
+                               "`claude-haiku-4-5` (anthropic), `CHAT_BEDROCK_MODEL` (bedrock); the demo provider "
+                               "uses offline extractive versions."),
+    "CHAT_VERBATIM_TURNS": ("6", "Newest turns a running summary never covers (they are sent word for word)."),
+    "CHAT_SUMMARY_EVERY": ("10", "Summarise when this many turns older than the verbatim window are unsummarised."),
+    "CHAT_SUMMARY_TOKENS": ("600", "Longest running summary, in tokens."),
+    "CHAT_MEMORY_TOKENS": ("2000", "Cap on one user's memories, in tokens; past it new facts are not kept."),
+    "CHAT_RECALL_TURNS": ("4", "Most older turns recalled into the context for one question."),
 }
 
 _SECRET = {"cursor_secret", "proxy_secret", "anthropic_api_key"}
@@ -111,6 +120,12 @@ class Settings:
     price_rru_per_m: float
     price_storage_gb_month: float
     model_prices: str
+    summary_model: str
+    verbatim_turns: int
+    summary_every: int
+    summary_tokens: int
+    memory_tokens: int
+    recall_turns: int
 
     @classmethod
     def load(cls, env: Mapping[str, str] | None = None, secrets: Mapping[str, Any] | None = None, *,
@@ -148,6 +163,12 @@ class Settings:
             raise ConfigError("CHAT_MODEL_PROVIDER=bedrock needs CHAT_BEDROCK_MODEL: the model or inference-profile id "
                               "enabled in your account (see `aws bedrock list-inference-profiles`).")
         values["bedrock_region"] = values["bedrock_region"] or values["region"]
+        if not values["summary_model"]:
+            values["summary_model"] = values["bedrock_model"] if values["model_provider"] == "bedrock" \
+                else "claude-haiku-4-5"
+        for name in ("verbatim_turns", "summary_every", "summary_tokens", "memory_tokens", "recall_turns"):
+            if values[name] < 1:
+                raise ConfigError(f"CHAT_{name.upper()} must be at least 1.")
         if values["ledger_flush_s"] < 30:
             raise ConfigError("CHAT_LEDGER_FLUSH_S must be at least 30 seconds.")
         return cls(**values)

@@ -1,0 +1,115 @@
+"""The engine through the store: the request budget of assembly, recall of old turns, the turn it feeds, caching."""
+import pytest
+
+from lib.config import Settings
+from lib.context.cache import ContextCache, MemoryState
+from lib.context.engine import ContextEngine
+from lib.turn.models import DemoModel
+from lib.turn.turns import begin_turn
+
+U = "ivy@example.com"
+
+
+def settings(**extra):
+    return Settings.load(env={"CHAT_MODEL_PROVIDER": "demo", **extra}, secrets={}, for_operator=True)
+
+
+@pytest.fixture
+def engine(client, table, meter):
+    return ContextEngine(client, table, meter, DemoModel(delay_s=0), settings())
+
+
+def long_chat(store, n):
+    session, turns = None, []
+    for i in range(n):
+        q = "Our staging database listens on port 5433." if i == 2 else f"Question {i} about the weather in May."
+        if session is None:
+            session, m = store.create_session(U, q, system_prompt_id="default-v1")
+        else:
+            session, m = store.send_message(U, session, q, system_prompt_id="default-v1")
+        turns.append(store.finish_message(U, m, output_body=f"Answer {i}: " + "sunny and warm " * 40, input_token=1,
+                                          output_token=1, response_start_time=m.create_time,
+                                          response_end_time=m.create_time))
+    return session, turns
+
+
+class TestRequestBudget:
+    def test_a_long_chat_costs_at_most_2_requests_once_then_none(self, engine, store, requests):
+        session, _ = long_chat(store, 45)
+        view = store.open_session(U, session.session_id)
+        cache = ContextCache()
+        requests.reset()
+        context = engine.context(cache, U, view.session, "which port does the staging database use?",
+                                 view.messages, summary=view.summary, system_prompt_id="default-v1", budget=2000,
+                                 earlier_turns=45)
+        assert requests.names == ["Query", "Query"]  # memories, then the 25 older turns (one 1 MB page)
+        assert "5433" in context.prompt.system  # recalled from beyond the loaded page
+        requests.reset()
+        engine.context(cache, U, view.session, "and the weather?", view.messages, summary=view.summary,
+                       system_prompt_id="default-v1", budget=2000, earlier_turns=45)
+        assert requests.names == []
+
+    def test_a_chat_that_fits_the_loaded_page_reads_no_older_turns(self, engine, store, requests):
+        session, _ = long_chat(store, 5)
+        view = store.open_session(U, session.session_id)
+        cache = ContextCache()
+        cache.memory[U] = MemoryState([], True)  # this browser session read them with an earlier question
+        requests.reset()
+        engine.context(cache, U, view.session, "port?", view.messages, summary=None, system_prompt_id="default-v1",
+                       budget=2000, earlier_turns=5)
+        assert requests.names == []
+
+
+class TestTurn:
+    def test_begin_turn_with_the_engine_sends_the_loaders_prompt_after_one_transaction(self, engine, store,
+                                                                                      requests):
+        session, _ = long_chat(store, 25)
+        view = store.open_session(U, session.session_id)
+        cache = ContextCache()
+        requests.reset()
+        turn = begin_turn(store, DemoModel(delay_s=0), U, view.session, "what port was staging on?", view.messages,
+                          system_prompt_id="default-v1", budget_tokens=1500, engine=engine, cache=cache,
+                          summary=view.summary)
+        assert requests.names[0] == "TransactWriteItems" and len(requests.names) <= 3
+        assert turn.context.tokens <= 1500 and "5433" in turn.context.prompt.system
+        assert turn.context.note.startswith("The model saw the newest")
+        "".join(turn)
+        saved = turn.close()
+        assert saved.status == "done"
+
+    def test_without_an_engine_the_turn_sends_the_loaded_turns_only(self, store, requests):
+        session, _ = long_chat(store, 3)
+        view = store.open_session(U, session.session_id)
+        requests.reset()
+        turn = begin_turn(store, DemoModel(delay_s=0), U, view.session, "hi", view.messages,
+                          system_prompt_id="default-v1", budget_tokens=24000)
+        assert requests.names == ["TransactWriteItems"] and turn.context.turns_included == 3
+
+
+class TestPromptCaching:
+    def test_claude_gets_cache_control_on_the_stable_prefix_and_cache_tokens_are_kept(self, fake_model, store,
+                                                                                      client, table, meter):
+        from lib.services import make_model
+
+        s = Settings.load(secrets={}, for_operator=True)
+        model = make_model(s)
+        engine = ContextEngine(client, table, meter, model, s)
+        session, turns = long_chat(store, 3)
+        engine.memories.add(U, "I prefer short answers.", session_id=None, message_id=None)
+        cache = ContextCache()
+        context = engine.context(cache, U, session, "and tomorrow?", turns, summary=None,
+                                 system_prompt_id="default-v1", budget=4000, earlier_turns=3)
+        reply = model.stream(context.prompt)
+        "".join(reply)
+        body = fake_model.requests[-1]["body"]
+        assert body["system"][0]["cache_control"] == {"type": "ephemeral"}
+        assert body["system"][0]["text"] == context.prompt.cache_prefix
+        assert "I prefer short answers." in body["system"][0]["text"]
+        assert [m["content"] for m in body["messages"]][-1] == "and tomorrow?"
+
+    def test_the_demo_model_takes_the_same_prompt(self, engine, store):
+        engine.memories.add(U, "I prefer short answers.", session_id=None, message_id=None)
+        context = engine.context(ContextCache(), U, None, "hello", [], summary=None, system_prompt_id="default-v1",
+                                 budget=1000)
+        assert context.prompt.cache_prefix
+        assert "demo model" in "".join(DemoModel(delay_s=0).stream(context.prompt))

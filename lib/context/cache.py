@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from typing import MutableMapping
 
 from lib.context.recall import TurnPool
 from lib.storage.records import Memory
@@ -41,3 +42,14 @@ class ContextCache:
     def forget_memories(self, user_id: str) -> None:
         """After the Memory page changed something: the next question reads them again (1 Query)."""
         self.memory.pop(user_id, None)
+
+
+STATE_KEY = "context_cache"
+
+
+def cache_in(state: MutableMapping) -> ContextCache:
+    """The browser session's ContextCache (pass st.session_state): the chat page and the Memory page share it."""
+    found = state.get(STATE_KEY)
+    if not isinstance(found, ContextCache):
+        found = state[STATE_KEY] = ContextCache()
+    return found

@@ -14,7 +14,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from lib.errors import ChatError
+from lib.errors import ChatError, EmptyMessage
 from lib.storage import keys
 from lib.storage.gateway import Gateway, error_code, from_item, storable_text, to_item
 from lib.storage.records import Memory
@@ -83,7 +83,7 @@ class MemoryStore:
         """Change a memory's text in place (1 UpdateItem): the id stays, so its source and history do too."""
         text = storable_text(" ".join(text.split()))[:MEMORY_TEXT_MAX]
         if not text:
-            raise ValueError("A memory cannot be empty; delete it instead.")
+            raise EmptyMessage("A memory cannot be empty; delete it instead.")
         at = keys.now()
         try:
             with self._db.action("memory", user_id):

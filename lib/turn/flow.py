@@ -41,6 +41,8 @@ def save_again(turn: Turn) -> Message | None:
 
 def context_note(turn: Turn) -> str | None:
     """Said under the answer when the token budget left earlier turns out, so nothing is dropped silently."""
+    if getattr(turn.context, "note", None):  # the context loader says what it summarised or left out
+        return turn.context.note
     earlier = turn.session.message_count - 1
     if earlier > turn.context.turns_included:
         return f"sent with the newest {turn.context.turns_included} of {earlier} earlier turns (token budget)"

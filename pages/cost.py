@@ -5,11 +5,13 @@ import datetime as dt
 
 import streamlit as st
 
-from lib.usage import costs
+from lib.errors import StoreUnavailable
 from lib.storage import keys
+from lib.usage import costs
+from lib.usage.costs import money, number, percent
+from lib.usage.pricing import Prices
 from lib.web import ui
 from lib.web.bootstrap import start_page
-from lib.usage.pricing import Prices
 
 start = start_page("Usage & cost")
 svc, me = start.svc, start.me
@@ -17,7 +19,9 @@ settings = svc.settings
 # Checked on every run, server-side, from the signed-in identity only: no URL or widget can widen the scope.
 is_admin = me.user_id in settings.admin_ids
 scope_user = None if is_admin else me.user_id
-prices = Prices.from_settings(settings)
+# The free demo model's tokens are priced as CHAT_MODEL: the page then shows what the same usage costs with Claude,
+# labelled as an estimate wherever it appears.
+prices = Prices.from_settings(settings).with_demo_priced_as(settings.model)
 
 
 @st.cache_data(ttl=60, show_spinner=False)
@@ -37,27 +41,38 @@ range_col, refresh_col = st.columns([4, 1], vertical_alignment="bottom")
 picked = range_col.date_input("Date range (UTC)", value=(today - dt.timedelta(days=29), today), max_value=today)
 if refresh_col.button("Refresh", icon=":material/refresh:", width="stretch"):
     load_buckets.clear()
-start, end = (picked[0], picked[-1]) if isinstance(picked, (tuple, list)) and picked else (today, today)
-days = tuple((start + dt.timedelta(days=i)).isoformat() for i in range((end - start).days + 1))
+first, last = (picked[0], picked[-1]) if isinstance(picked, (tuple, list)) and picked else (today, today)
+days = tuple((first + dt.timedelta(days=i)).isoformat() for i in range((last - first).days + 1))
+
+try:
+    buckets = load_buckets(svc.database.table, days, scope_user, me.user_id)
+except StoreUnavailable as exc:  # throttled or unreachable past the client's retries: say so, never a traceback
+    st.error(f"**The usage figures could not be read.** {exc} Press **Refresh** to try again. If it keeps failing, "
+             "DynamoDB is throttling or unreachable: a shorter date range makes fewer reads, and an operator can "
+             "check the table's throttled requests in CloudWatch. Chats are not affected.", icon=":material/cloud_off:")
+    st.stop()
 
 with ui.errors_shown():
-    buckets = load_buckets(svc.database.table, days, scope_user, me.user_id)
     head = costs.headline(buckets, prices)
-
+    estimate = ", ".join(f"{m} priced as {a}" for m, a in head.estimated.items())
     cols = st.columns(5)
-    cols[0].metric("Turns", f"{head.turns:,}", help=f"{head.failed_turns:,} of them failed or were stopped")
-    cols[1].metric("DynamoDB", f"${head.dynamodb_cost:,.4f}",
-                   help=f"{head.wru:,.0f} WRU + {head.rru:,.1f} RRU + storage estimate ${head.storage_cost:,.4f}")
-    cols[2].metric("Model", f"${head.model_cost:,.4f}" + (" + ?" if head.unknown_models else ""),
-                   help="Token counts × the price table" + (
+    cols[0].metric("Turns", number(head.turns), help=f"{number(head.failed_turns)} of them failed or were stopped")
+    cols[1].metric("Model (estimate)" if estimate else "Model",
+                   money(head.model_cost) + (" + ?" if head.unknown_models else ""),
+                   help=(f"The offline demo model is free: its tokens are priced as {head.estimated['demo']} "
+                         "to show what the same usage would cost. " if "demo" in head.estimated else "")
+                   + "Tokens × the price table (CHAT_MODEL_PRICES)" + (
                        f"; price unknown for {', '.join(head.unknown_models)}" if head.unknown_models else ""))
-    cols[3].metric("Per 1,000 turns", f"${head.per_turn * 1000:,.4f}" if head.per_turn is not None else "–")
-    cols[4].metric("DynamoDB share", f"{head.dynamodb_share:.1%}" if head.dynamodb_share is not None else "–")
-    demo_as_claude = costs.priced_as(buckets, prices, "demo", settings.model)
-    if demo_as_claude:
-        share = head.dynamodb_cost / (head.dynamodb_cost + demo_as_claude)
-        st.caption(f"The offline demo model is free. Priced as {settings.model}, its tokens would cost "
-                   f"${demo_as_claude:,.4f}, and DynamoDB would be {share:.1%} of the total.")
+    cols[2].metric("DynamoDB", money(head.dynamodb_cost),
+                   help=f"{number(head.wru)} write units + {number(head.rru)} read units + "
+                        f"storage estimate {money(head.storage_cost)}")
+    cols[3].metric("DynamoDB share", percent(head.dynamodb_share), help="DynamoDB $ ÷ (DynamoDB $ + model $)")
+    cols[4].metric("Per 1,000 turns", money(head.per_turn * 1000) if head.per_turn is not None else "–",
+                   help="DynamoDB + model")
+    if "demo" in head.estimated:
+        st.caption(f"**Demo model: the model figures are an estimate.** Its tokens are free; priced as "
+                   f"{head.estimated['demo']} they would cost {money(head.model_cost)}, and DynamoDB would be "
+                   f"{percent(head.dynamodb_share)} of the total.")
     if head.unknown_models:
         st.warning(f"Price unknown for {', '.join(head.unknown_models)}: their tokens are counted but not priced. "
                    "Add them to CHAT_MODEL_PRICES.", icon=":material/help:")
@@ -71,10 +86,8 @@ with ui.errors_shown():
     projection = costs.projection(buckets, prices)
     if projection is not None:
         model_part = ("the model's price unknown" if projection.model_per_m_turns is None
-                      else f"${projection.model_per_m_turns:,.2f} model")
-        if demo_as_claude and head.turns:
-            model_part += f" (${demo_as_claude / head.turns * 1e6:,.0f} if the demo's tokens were {settings.model}'s)"
-        st.info(f"**At this mix, 1M turns cost ${projection.dynamodb_per_m_turns:,.2f} DynamoDB + {model_part}.** "
+                      else f"{money(projection.model_per_m_turns)} model" + (f" ({estimate})" if estimate else ""))
+        st.info(f"**At this mix, 1M turns cost {money(projection.dynamodb_per_m_turns)} DynamoDB + {model_part}.** "
                 f"The design's reference: about ${costs.DESIGN_DYNAMODB_PER_M_TURNS:,.0f} DynamoDB per 1M turns "
                 "(4 KB answers, 20-turn opens, 2 sidebar loads per turn).", icon=":material/trending_up:")
 
@@ -82,25 +95,35 @@ with ui.errors_shown():
         st.caption("No usage recorded in this range yet.")
     else:
         chart_col, tokens_col = st.columns(2)
-        chart_col.subheader("DynamoDB $ per day, by action", anchor=False)
-        chart_col.bar_chart(costs.daily_cost_by_action(buckets, prices), y_label="USD")
+        chart_col.subheader("DynamoDB $ per day", anchor=False)
+        frame = costs.daily_dynamodb_by_category(buckets, prices, days)
+        chart_col.vega_lite_chart(frame, costs.daily_dynamodb_chart(frame, days), width="stretch")
         tokens_col.subheader("Tokens per day, by model", anchor=False)
-        tokens_col.bar_chart(costs.daily_tokens_by_model(buckets), y_label="tokens")
+        frame = costs.daily_tokens_by_model(buckets, days)
+        tokens_col.vega_lite_chart(frame, costs.daily_tokens_chart(frame, days), width="stretch")
 
-        st.subheader("By action", anchor=False)
-        st.dataframe(costs.by_action(buckets, prices), hide_index=True, width="stretch",
-                     column_config={"cost": st.column_config.NumberColumn("$", format="%.6f"),
-                                    "service_figures": st.column_config.NumberColumn("service-reported requests")})
+        counts = st.column_config.NumberColumn(format="localized")
+        tables = {"By action": costs.by_action(buckets, prices)}
         if is_admin:
-            st.subheader("By user", anchor=False)
-            st.dataframe(costs.by_user(buckets, prices), hide_index=True, width="stretch")
-        st.subheader("By model", anchor=False)
-        st.dataframe(costs.by_model(buckets, prices).drop(columns=["cost"]), hide_index=True,
-                     width="stretch")
-        st.download_button("Download the daily ledger (CSV)", costs.daily_csv(buckets),
-                           file_name=f"usage-{days[0]}-{days[-1]}.csv", mime="text/csv", on_click="ignore",
-                           icon=":material/download:")
-    st.caption(f"Prices: ${prices.wru_per_m} per M WRU, ${prices.rru_per_m} per M RRU, "
+            tables["By user"] = costs.by_user(buckets, prices)
+        tables["By model"] = costs.by_model(buckets, prices)
+        for name, table in tables.items():
+            st.subheader(name, anchor=False)
+            config = {c: counts for c in table.columns if table[c].dtype.kind in "if"}
+            config.update({c: st.column_config.NumberColumn(format=costs.money_column_format(table[c]))
+                           for c in table.columns if "$" in c})
+            if "Share" in table:
+                config["Share"] = st.column_config.NumberColumn(format="percent")
+            st.dataframe(table, hide_index=True, width="stretch", column_config=config)
+
+        st.subheader("Download (CSV)", anchor=False)
+        stem = f"usage-{days[0]}-{days[-1]}"
+        files = {"Daily ledger": ("daily", costs.daily_csv(buckets, prices)),
+                 **{name: (name.lower().replace(" ", "-"), costs.to_csv(table)) for name, table in tables.items()}}
+        for col, (name, (suffix, text)) in zip(st.columns(len(files)), files.items()):
+            col.download_button(name, text, file_name=f"{stem}-{suffix}.csv", mime="text/csv", on_click="ignore",
+                                icon=":material/download:", width="stretch")
+    st.caption(f"Prices: ${prices.wru_per_m} per M write units, ${prices.rru_per_m} per M read units, "
                f"${prices.storage_gb_month} per GB-month (configurable). Counts reach the ledger every "
                f"{settings.ledger_flush_s:.0f} s; this page adds this server's unflushed counts. "
                f"Times are UTC; today is {keys.day_of(keys.now())}.")

@@ -1,5 +1,7 @@
 """The usage & cost page through AppTest, on a ledger filled through the real store and meter paths."""
+import csv
 import datetime as dt
+import io
 import uuid
 from pathlib import Path
 
@@ -12,6 +14,8 @@ from lib.web import ui
 from lib.config import Settings
 from lib.usage.pricing import Prices
 from lib.ops.seed import COLLEAGUES, seed_demo
+from lib.turn.models import Usage as TokenUsage
+from tests.faults import Faults
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
 DEV = "dev@localhost"
@@ -42,11 +46,10 @@ def metric(at, label):
 
 
 def chart_frame(at, index):
-    """The data a st.bar_chart sent to the browser (an Arrow dataset in its Vega-Lite element)."""
+    """The data a chart sent to the browser (an Arrow dataset in its Vega-Lite element)."""
     import pyarrow as pa
 
-    (dataset,) = at.get("vega_lite_chart")[index].proto.datasets
-    return pa.ipc.open_stream(dataset.data.data).read_all().to_pandas()
+    return pa.ipc.open_stream(at.get("vega_lite_chart")[index].proto.data.data).read_all().to_pandas()
 
 
 def last_30_days():
@@ -54,31 +57,152 @@ def last_30_days():
     return [(today - dt.timedelta(days=i)).isoformat() for i in range(29, -1, -1)]
 
 
+HYPERLINK = '=HYPERLINK("http://x","y")'
+DDE = "+cmd|' /C calc'!A0"
+
+
+@pytest.fixture
+def downloads(monkeypatch):
+    """What the page hands Streamlit to serve for each download button: {file name: text}."""
+    from streamlit.runtime.memory_media_file_storage import MemoryMediaFileStorage
+
+    served = {}
+    original = MemoryMediaFileStorage.load_and_get_id
+
+    def load_and_get_id(self, path_or_data, mimetype, kind, filename=None):
+        if kind == MediaFileKind.DOWNLOADABLE:
+            served[filename] = path_or_data.decode() if isinstance(path_or_data, bytes) else path_or_data
+        return original(self, path_or_data, mimetype, kind, filename)
+
+    from streamlit.runtime.media_file_storage import MediaFileKind
+
+    monkeypatch.setattr(MemoryMediaFileStorage, "load_and_get_id", load_and_get_id)
+    return served
+
+
+def page_prices(services):
+    return Prices.from_settings(services.settings).with_demo_priced_as(services.settings.model)
+
+
+def table_with(at, column):
+    (found,) = [d.value for d in at.dataframe if column in d.value.columns]
+    return found
+
+
 class TestAdmin:
-    def test_headline_tables_and_csv_match_the_ledger(self, seeded, monkeypatch):
+    def test_headline_tables_and_chart_match_the_ledger(self, seeded, monkeypatch):
         services, counts = seeded
         monkeypatch.setenv("CHAT_ADMINS", f"someone@example.com, {DEV}")
         at = cost_page()
         buckets = services.ledger.read(last_30_days(), reader=DEV)
-        head = costs.headline(buckets, Prices.from_settings(services.settings))
+        head = costs.headline(buckets, page_prices(services))
         assert metric(at, "Turns") == f"{counts['turns']:,}" == f"{head.turns:,}"
-        assert metric(at, "DynamoDB") == f"${head.dynamodb_cost:,.4f}"
+        assert metric(at, "DynamoDB") == costs.money(head.dynamodb_cost)
         assert "Everyone's usage" in at.caption[0].value
-        users_table = [d for d in at.dataframe if "total $" in d.value.columns]
-        assert set(users_table[0].value["user"]) == {DEV, *COLLEAGUES}
-        actions = [d for d in at.dataframe if "action" in d.value.columns][0].value
-        assert {"send", "finish", "create", "sidebar", "open", "title"} <= set(actions["action"])
-        assert "1M turns cost" in at.info[0].value and "about $11" in at.info[0].value
+        assert set(table_with(at, "User")["User"]) == {DEV, *COLLEAGUES}
+        assert "1M turns cost" in at.info[0].value and "about $11 DynamoDB per 1M turns" in at.info[0].value
         assert "modeled from DynamoDB's published sizing rules" in " ".join(c.value for c in at.caption)
         # the chart's data, day by day (today's keeps growing with the page's own reads, so up to yesterday)
         today = keys.day_of(keys.now())
-        chart = chart_frame(at, 0).set_index(["day", "color -- streamlit-generated"])["value -- streamlit-generated"]
-        expected = costs.daily_cost_by_action(buckets, Prices.from_settings(services.settings)).stack()
+        chart = chart_frame(at, 0).set_index(["day", "category"])["cost"]
+        expected = costs.daily_dynamodb_by_category(buckets, page_prices(services), last_30_days()).set_index(
+            ["day", "category"])["cost"]
         assert {k: round(v, 12) for k, v in chart.items() if k[0] < today} == \
             {k: round(v, 12) for k, v in expected.items() if k[0] < today} != {}
-        csv = costs.daily_csv(buckets)
-        assert csv.splitlines()[0].startswith("day,user,")
-        assert {line.split(",")[1] for line in csv.splitlines()[1:]} == {DEV, *COLLEAGUES}
+
+    def test_in_demo_mode_the_headline_prices_the_model_as_claude_and_says_it_is_an_estimate(self, seeded, monkeypatch):
+        services, _ = seeded
+        monkeypatch.setenv("CHAT_ADMINS", DEV)
+        at = cost_page()
+        head = costs.headline(services.ledger.read(last_30_days()), page_prices(services))
+        assert head.estimated == {"demo": services.settings.model} and head.model_cost > 0
+        assert metric(at, "Model (estimate)") == costs.money(head.model_cost) != "$0"
+        share = metric(at, "DynamoDB share")
+        assert share == costs.percent(head.dynamodb_share) and share != "100%"
+        (note,) = [c.value for c in at.caption if "Demo model" in c.value]
+        assert f"priced as {services.settings.model}" in note and f"DynamoDB would be {share} of" in note
+        assert not [m for m in at.metric if m.label == "Model"]  # no bare "Model $0"
+        assert f"({'demo priced as ' + services.settings.model})" in at.info[0].value
+
+    def test_the_daily_charts_show_every_day_of_the_range_in_categories(self, seeded, monkeypatch):
+        monkeypatch.setenv("CHAT_ADMINS", DEV)
+        at = cost_page()
+        dynamodb, tokens = chart_frame(at, 0), chart_frame(at, 1)
+        assert sorted(set(dynamodb["day"])) == last_30_days() == sorted(set(tokens["day"]))  # weekends and
+        # the days before the demo history too, at zero
+        assert set(dynamodb["category"]) <= {c.name for c in costs.CATEGORIES}
+        assert {"Chat writes", "Chat reads"} <= set(dynamodb["category"])
+        weekend = [d for d in last_30_days() if dt.date.fromisoformat(d).weekday() >= 5]
+        assert dynamodb[dynamodb["day"].isin(weekend)]["cost"].sum() == 0 < len(weekend)
+
+    def test_by_action_has_plain_names_and_no_all_zero_columns(self, seeded, monkeypatch):
+        monkeypatch.setenv("CHAT_ADMINS", DEV)
+        at = cost_page()
+        table = table_with(at, "Action")
+        assert {"Send a question", "Start a chat", "Save an answer", "Open a chat", "Load the chat list"} \
+            <= set(table["Action"])
+        numbers = table.drop(columns=["Action", "Category"])
+        assert (numbers.abs().sum() > 0).all(), numbers.columns
+        assert "Service-reported requests" not in table and "Modeled write units" not in table  # local: all modeled
+
+    def test_every_csv_escapes_formulas_and_has_human_columns_and_integer_counts(self, seeded, monkeypatch,
+                                                                                  downloads):
+        services, _ = seeded
+        services.ledger.record_tokens(HYPERLINK, "demo", TokenUsage(input_tokens=10, output_tokens=5))
+        services.ledger.record_tokens(DDE, "demo", TokenUsage(input_tokens=3, output_tokens=1))
+        services.ledger.flush()
+        monkeypatch.setenv("CHAT_ADMINS", DEV)
+        at = cost_page()
+        assert [b.label for b in at.get("download_button")] == ["Daily ledger", "By action", "By user", "By model"]
+        assert len(downloads) == 4
+        for name, text in downloads.items():
+            cells = [cell for row in csv.reader(io.StringIO(text)) for cell in row]
+            assert not [c for c in cells if c[:1] in ("=", "+", "@", "\t", "\r")], name
+            assert not [c for c in cells if c.startswith("-") and not is_number(c)], name
+        (daily,) = [t for n, t in downloads.items() if n.endswith("-daily.csv")]
+        rows = list(csv.DictReader(io.StringIO(daily)))
+        assert {"'" + HYPERLINK, "'" + DDE, DEV} <= {r["User"] for r in rows}
+        assert {"Requests (send)", "Write units (send)", "Requests (sidebar)", "Read units (sidebar)"} <= set(rows[0])
+        assert all(r["Requests (send)"].isdigit() and r["Turns done"].isdigit() for r in rows)
+        (hostile,) = [r for r in rows if r["User"] == "'" + HYPERLINK]
+        assert hostile["Input tokens (demo)"] == "10" and hostile["Model calls (demo)"] == "1"
+        (users,) = [t for n, t in downloads.items() if n.endswith("-by-user.csv")]
+        assert {"'" + HYPERLINK, "'" + DDE} <= {r["User"] for r in csv.DictReader(io.StringIO(users))}
+
+
+def test_tables_offer_no_builtin_csv_export_that_would_skip_the_escaping():
+    import tomllib
+
+    config = tomllib.loads((Path(APP).parent / ".streamlit" / "config.toml").read_text())
+    assert config["client"]["disableDataExport"] is True
+
+
+def is_number(text):
+    try:
+        float(text)
+        return True
+    except ValueError:
+        return False
+
+
+class TestUnavailable:
+    @pytest.mark.parametrize("admins, operation", [(DEV, "Query"), ("boss@example.com", "BatchGetItem")])
+    def test_a_throttled_ledger_read_says_what_to_do_instead_of_a_traceback(self, seeded, monkeypatch,
+                                                                             no_backoff_sleep, admins, operation):
+        monkeypatch.setenv("CHAT_ADMINS", admins)
+        at = AppTest.from_file(APP, default_timeout=60)
+        at.run()  # the chat page first (its sidebar is a Query too)
+        page_services = ui._services(Settings.load())  # the page's own (CHAT_ADMINS is part of its settings)
+        faults = Faults(page_services.database.client)
+        faults.fail(operation, "ThrottlingException", times=5)  # every attempt of the ledger's first read
+        at.switch_page("pages/cost.py").run()
+        assert not at.exception, at.exception
+        (error,) = at.error
+        assert "The usage figures could not be read" in error.value and "Refresh" in error.value
+        assert faults.attempts[operation] == 5  # the client's retries, then the message
+        assert not at.metric and not at.dataframe  # no half page of zeros that would look like "no usage"
+        at.button[0].click().run()  # Refresh: DynamoDB has recovered
+        assert not at.exception and not at.error and metric(at, "Turns") != "0"
 
 
 class TestNonAdmin:
@@ -89,7 +213,7 @@ class TestNonAdmin:
         own = services.ledger.read(last_30_days(), user=DEV)
         assert metric(at, "Turns") == f"{costs.headline(own, Prices.from_settings(services.settings)).turns:,}"
         assert "Your own usage" in at.caption[0].value
-        assert not [d for d in at.dataframe if "total $" in d.value.columns]  # no by-user table
+        assert not [d for d in at.dataframe if "User" in d.value.columns]  # no by-user table
         everyone = costs.headline(services.ledger.read(last_30_days()), Prices.from_settings(services.settings))
         assert metric(at, "Turns") != f"{everyone.turns:,}"
 

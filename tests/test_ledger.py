@@ -179,7 +179,8 @@ class TestCostModel:
         head = costs.headline([bucket], PRICES)
         assert head.unknown_models == ["mystery-model"] and head.model_cost == 0.0
         assert costs.projection([bucket], PRICES).model_per_m_turns is None
-        assert costs.by_model([bucket], PRICES)["price"].tolist() == ["price unknown"]
+        table = costs.by_model([bucket], PRICES)
+        assert table["Model"].tolist() == ["mystery-model (price unknown)"] and table["Model $"].isna().all()
 
     def test_model_cost_uses_input_output_and_cache_prices(self):
         bucket = ledger_bucket({"t.done": 2, "tn|claude-sonnet-4-6": 2, "ti|claude-sonnet-4-6": 1_000_000,
@@ -191,9 +192,10 @@ class TestCostModel:
     def test_csv_has_one_row_per_day_and_user_with_every_counter(self):
         buckets = [ledger_bucket({"t.done": 1, "n.send": 2}, day="2026-11-01"),
                    ledger_bucket({"n.open": 1}, day="2026-11-02", user="ben@example.com")]
-        lines = costs.daily_csv(buckets).strip().splitlines()
-        assert lines[0] == "day,user,n.open,n.send,t.done"
-        assert lines[1:] == ["2026-11-01,ana@example.com,0.0,2.0,1.0", "2026-11-02,ben@example.com,1.0,0.0,0.0"]
+        lines = costs.daily_csv(buckets, PRICES).strip().splitlines()
+        assert lines[0] == ("Day,User,Turns done,Turns failed,Bytes stored,DynamoDB $,Model $,"
+                            "Requests (send),Requests (open)")
+        assert lines[1:] == ["2026-11-01,ana@example.com,1,0,0,0,0,2,0", "2026-11-02,ben@example.com,0,0,0,0,0,0,1"]
 
 
 def ledger_bucket(counters, day="2026-11-01", user="ana@example.com"):
@@ -218,5 +220,5 @@ def costs_bucket(records, message_bytes):
 def test_demo_tokens_can_be_priced_as_claude():
     bucket = ledger_bucket({"t.done": 1, "tn|demo": 1, "ti|demo": 1_000_000, "to|demo": 1_000_000})
     assert costs.headline([bucket], PRICES).model_cost == 0.0
-    assert costs.priced_as([bucket], PRICES, "demo", "claude-sonnet-4-6") == pytest.approx(18.0)
-    assert costs.priced_as([bucket], PRICES, "claude-sonnet-4-6", "claude-sonnet-4-6") is None
+    assert costs.headline([bucket], PRICES.with_demo_priced_as("claude-sonnet-4-6")).model_cost == pytest.approx(18.0)
+    assert PRICES.with_demo_priced_as("unknown-model") is PRICES

@@ -5,7 +5,7 @@ A model without a price is "price unknown", never $0: an unknown cost must not l
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 from lib.config import Settings
 from lib.errors import ConfigError
@@ -29,6 +29,8 @@ class Prices:
     rru_per_m: float
     storage_gb_month: float
     models: dict[str, tuple[float, float]]
+    # A model priced as another for an estimate (the free demo as CHAT_MODEL): shown as such, never as a bill.
+    estimated_as: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> "Prices":
@@ -40,6 +42,14 @@ class Prices:
             except (ValueError, TypeError, IndexError, AttributeError) as exc:
                 raise ConfigError('CHAT_MODEL_PRICES must be JSON like {"my-model": [3, 15]}.') from exc
         return cls(settings.price_wru_per_m, settings.price_rru_per_m, settings.price_storage_gb_month, models)
+
+    def with_demo_priced_as(self, model: str) -> "Prices":
+        """These prices with the free demo model's tokens priced as `model`'s, so a demo shows what Claude would
+        cost; unchanged when `model` has no known price."""
+        price = self.model_price(model)
+        if price is None or model == "demo":
+            return self
+        return replace(self, models={**self.models, "demo": price}, estimated_as={**self.estimated_as, "demo": model})
 
     def dynamodb(self, wru: float, rru: float) -> float:
         return wru * self.wru_per_m / 1e6 + rru * self.rru_per_m / 1e6

@@ -8,6 +8,7 @@ import boto3
 
 from lib.config import Settings
 from lib.ops import commands as data_care
+from lib.ops import context_commands
 from lib.storage.database import RETRIES
 from lib.storage.schema import TTL_ATTRIBUTE, create_table, table_exists
 
@@ -34,6 +35,8 @@ def main(argv: list[str] | None = None) -> int:
     commands.add_parser("create-table", help="create the DynamoDB table on AWS (uses CHAT_TABLE, CHAT_REGION)")
     # Data care: check, repair, users, purge-user, export-user, retention, sweep-pending (lib/ops/commands.py).
     data_care.register(commands)
+    # The context engine: import-chat, context (lib/ops/context_commands.py).
+    context_commands.register(commands)
     seed = commands.add_parser("seed-demo", help="fill the table with a few weeks of demo chats and usage")
     seed.add_argument("--days", type=int, default=21)
     seed.add_argument("--allow-aws", action="store_true", help="required to seed a table on AWS")
@@ -56,6 +59,8 @@ def main(argv: list[str] | None = None) -> int:
         return run(args.command, settings, args)
     if args.command in data_care.NAMES:
         return data_care.run(args, settings)
+    if args.command in context_commands.NAMES:
+        return context_commands.run(args, settings)
     if args.command == "create-table":
         print(create_aws_table(settings))
     elif args.command == "seed-demo":

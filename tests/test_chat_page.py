@@ -1,0 +1,116 @@
+"""The chat page's polish and its cost per rerun, through AppTest on a real table of the embedded DynamoDB."""
+import pytest
+
+from lib.storage.records import Message
+from lib.turn.flow import ContextNotes
+from lib.web import turn_view
+from lib.web.chat_page import RENAME_POPOVER
+from tests.pages import DEV, button, new_browser, requests_made, send, services, shown_text
+
+
+def a_chat_of(turns: int):
+    store = services().store
+    session, message = store.create_session(DEV, "turn 0", system_prompt_id="default-v1")
+    store.finish_message(DEV, message, output_body="answer 0", input_token=1, output_token=1,
+                         response_start_time=message.create_time, response_end_time=message.create_time, model="demo")
+    for i in range(1, turns):
+        session, message = store.send_message(DEV, session, f"turn {i}", system_prompt_id="default-v1")
+        store.finish_message(DEV, message, output_body=f"answer {i}", input_token=1, output_token=1,
+                             response_start_time=message.create_time, response_end_time=message.create_time,
+                             model="demo")
+    return session
+
+
+def user_turns(at):
+    return [m.markdown[0].value for m in at.chat_message if m.name == "user"]
+
+
+@pytest.mark.usefixtures("app_env")
+class TestLongChats:
+    def test_a_100_turn_chat_draws_at_most_two_pages_of_turns_on_any_rerun(self):
+        session = a_chat_of(100)
+        at = new_browser(session=session.session_id)
+        assert user_turns(at) == [f"turn {i}" for i in range(80, 100)]
+        for _ in range(4):
+            button(at, "Load earlier messages").click().run()
+            assert not at.exception
+        # everything is loaded; the page just brought in is open, the pages between are collapsed
+        assert [e.label for e in at.expander] == [f"Turns {a}–{a + 19} · from {e.label.split('from ')[1]}"
+                                                  for a, e in zip((1, 21, 41, 61), at.expander)]
+        assert user_turns(at) == [f"turn {i}" for i in range(0, 20)] + [f"turn {i}" for i in range(80, 100)]
+        assert len(at.chat_message) == 80
+        assert requests_made(lambda: at.run()) == []  # a rerun reads nothing
+
+    def test_a_collapsed_page_is_not_drawn_and_an_opened_one_is(self):
+        session = a_chat_of(45)
+        at = new_browser(session=session.session_id)
+        button(at, "Load earlier messages").click().run()
+        button(at, "Load earlier messages").click().run()
+        assert [e.label.split(" ·")[0] for e in at.expander] == ["Turns 1–5", "Turns 6–25"]
+        assert len(at.chat_message) == 2 * (5 + 20)  # the page just loaded is open, the one between closed
+        at.session_state[f"older-{session.session_id}-45-1"] = False
+        at.session_state[f"older-{session.session_id}-45-6"] = True
+        at.run()
+        assert not at.exception
+        assert user_turns(at) == [f"turn {i}" for i in range(5, 45)]
+
+    def test_context_notes_in_session_state_are_bounded(self):
+        notes = ContextNotes(limit=3)
+        for i in range(10):
+            notes.add(f"m{i}", f"note {i}")
+        assert len(notes) == 3 and notes.get("m9") == "note 9" and notes.get("m6") is None
+
+
+@pytest.mark.usefixtures("app_env")
+class TestPolish:
+    def test_a_long_question_is_collapsed_with_show_all(self):
+        long_question = "\n".join(f"line {i} " + "x" * 40 for i in range(60))  # 60 short lines
+        at = send(new_browser(), long_question)
+        question = at.chat_message[0]
+        assert "line 24" in shown_text(question) and "line 25" not in shown_text(question)  # the first 25
+        hidden = len(long_question) - len(turn_view.preview(long_question))
+        button(at, f"Show all ({hidden:,} more characters)").click().run()
+        assert "line 59" in shown_text(at.chat_message[0])
+        button(at, "Show less").click().run()
+        assert "line 59" not in shown_text(at.chat_message[0])
+
+    def test_a_retried_answer_is_timed_from_the_retry(self):
+        m = Message("m", "s", "2026-11-06T08:00:00.000Z", "q", "default-v1", status="done",
+                    response_end_time="2026-11-06T09:00:02.500Z", attempt_time="2026-11-06T09:00:00.000Z")
+        assert turn_view.answer_seconds(m) == 2.5
+        first_try = Message("m", "s", "2026-11-06T08:00:00.000Z", "q", "default-v1", status="done",
+                            response_end_time="2026-11-06T08:00:01.000Z")
+        assert turn_view.answer_seconds(first_try) == 1.0
+
+    def test_rename_saves_and_closes_its_popover(self):
+        at = send(new_browser(), "rename me")
+        at.session_state[RENAME_POPOVER] = True
+        at.run()
+        at.text_input[0].set_value("Renamed chat")
+        button(at, "Save").click().run()
+        assert not at.exception
+        assert at.session_state[RENAME_POPOVER] is False
+        assert at.subheader[0].value == "Renamed chat"
+
+    def test_the_copy_popover_draws_the_answer_only_when_opened(self):
+        at = send(new_browser(), "copy me")
+        assert not [c for c in at.code if c.language == "markdown"]  # closed: the answer is not sent twice
+        session_id = services().store.list_sessions(DEV).items[0].session_id
+        message_id = services().store.open_session(DEV, session_id).messages[0].message_id
+        at.session_state[f"copy-{message_id}"] = True
+        at.run()
+        (box,) = [c for c in at.code if c.language == "markdown"]
+        assert "You asked: *copy me*" in box.value
+
+    def test_the_open_chat_row_shows_its_date_without_grey_on_blue(self):
+        at = send(new_browser(), "first")
+        (row,) = [b for b in at.sidebar.button if b.key and b.key.startswith("open-")]
+        assert row.proto.type == "primary" and ":gray[" not in row.label and row.label.endswith("· just now")
+
+    def test_a_title_with_an_image_is_shown_as_text(self):
+        at = send(new_browser(), "title")
+        at.session_state[RENAME_POPOVER] = True
+        at.run()
+        at.text_input[0].set_value("![t](http://127.0.0.1:9/t)")
+        button(at, "Save").click().run()
+        assert at.subheader[0].value == "\\!\\[t\\]\\(http\\://127\\.0\\.0\\.1\\:9/t\\)"

@@ -7,9 +7,9 @@ import streamlit as st
 
 from lib.errors import StoreUnavailable
 from lib.storage import keys
-from lib.usage import costs
-from lib.usage.costs import money, number, percent
+from lib.usage import costs, readable
 from lib.usage.pricing import Prices
+from lib.usage.readable import money, number, percent
 from lib.web import ui
 from lib.web.bootstrap import start_page
 
@@ -110,7 +110,7 @@ with ui.errors_shown():
         for name, table in tables.items():
             st.subheader(name, anchor=False)
             config = {c: counts for c in table.columns if table[c].dtype.kind in "if"}
-            config.update({c: st.column_config.NumberColumn(format=costs.money_column_format(table[c]))
+            config.update({c: st.column_config.NumberColumn(format=readable.money_column_format(table[c]))
                            for c in table.columns if "$" in c})
             if "Share" in table:
                 config["Share"] = st.column_config.NumberColumn(format="percent")

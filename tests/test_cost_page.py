@@ -2,13 +2,16 @@
 import csv
 import datetime as dt
 import io
+import os
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from lib.usage import costs
+from lib.usage import costs, readable
 from lib.storage import keys
 from lib.web import ui
 from lib.config import Settings
@@ -16,6 +19,7 @@ from lib.usage.pricing import Prices
 from lib.ops.seed import COLLEAGUES, seed_demo
 from lib.turn.models import Usage as TokenUsage
 from tests.faults import Faults
+from tests.test_browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, serve_app
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
 DEV = "dev@localhost"
@@ -97,7 +101,7 @@ class TestAdmin:
         buckets = services.ledger.read(last_30_days(), reader=DEV)
         head = costs.headline(buckets, page_prices(services))
         assert metric(at, "Turns") == f"{counts['turns']:,}" == f"{head.turns:,}"
-        assert metric(at, "DynamoDB") == costs.money(head.dynamodb_cost)
+        assert metric(at, "DynamoDB") == readable.money(head.dynamodb_cost)
         assert "Everyone's usage" in at.caption[0].value
         assert set(table_with(at, "User")["User"]) == {DEV, *COLLEAGUES}
         assert "1M turns cost" in at.info[0].value and "about $11 DynamoDB per 1M turns" in at.info[0].value
@@ -116,9 +120,9 @@ class TestAdmin:
         at = cost_page()
         head = costs.headline(services.ledger.read(last_30_days()), page_prices(services))
         assert head.estimated == {"demo": services.settings.model} and head.model_cost > 0
-        assert metric(at, "Model (estimate)") == costs.money(head.model_cost) != "$0"
+        assert metric(at, "Model (estimate)") == readable.money(head.model_cost) != "$0"
         share = metric(at, "DynamoDB share")
-        assert share == costs.percent(head.dynamodb_share) and share != "100%"
+        assert share == readable.percent(head.dynamodb_share) and share != "100%"
         (note,) = [c.value for c in at.caption if "Demo model" in c.value]
         assert f"priced as {services.settings.model}" in note and f"DynamoDB would be {share} of" in note
         assert not [m for m in at.metric if m.label == "Model"]  # no bare "Model $0"
@@ -232,3 +236,50 @@ class TestNonAdmin:
         at = cost_page()
         assert metric(at, "Turns") == "0" and metric(at, "Per 1,000 turns") == "–"
         assert not [i for i in at.info if "1M turns" in i.value]
+
+
+# --- in Chromium, with the real server ---------------------------------------------------------------------------
+
+HOSTILE_LEDGER = """
+import sys
+from lib.config import Settings
+from lib.services import build_services
+from lib.turn.models import Usage
+
+services = build_services(Settings.load())
+services.ledger.record_tokens(sys.argv[1], "demo", Usage(input_tokens=10, output_tokens=5))
+services.ledger.flush()
+"""
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (.ci/run installs it)")
+def test_in_chromium_an_admin_reads_the_page_and_downloads_a_ledger_with_a_hostile_user_id_escaped(tmp_path):
+    from playwright.sync_api import sync_playwright
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CHAT_", "ANTHROPIC_"))}
+    env["CHAT_DATA_DIR"] = str(tmp_path / "data")  # serve_app's
+    root = Path(APP).parent
+    subprocess.run([sys.executable, "-m", "lib.admin", "seed-demo", "--days", "7"], cwd=root, env=env, check=True,
+                   capture_output=True, timeout=300)
+    subprocess.run([sys.executable, "-c", HOSTILE_LEDGER, HYPERLINK], cwd=root, env=env, check=True,
+                   capture_output=True, timeout=120)
+    with serve_app(tmp_path, CHAT_ADMINS=DEV) as url, sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_context(viewport={"width": 1400, "height": 1000}, accept_downloads=True).new_page()
+        page.goto(f"{url}/cost")
+        page.get_by_text("Model (estimate)").wait_for(timeout=60_000)
+        page.locator("[data-testid='stVegaLiteChart']").first.wait_for(timeout=60_000)
+        assert page.get_by_text("Demo model: the model figures are an estimate.").count() == 1
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "cost-page.png"))
+        page.locator("[data-testid='stDataFrame']").first.hover()
+        page.get_by_role("button", name="Fullscreen").first.wait_for(timeout=10_000)  # the table's toolbar is up
+        assert page.get_by_role("button", name="Download as CSV").count() == 0  # unescaped export is off
+        with page.expect_download(timeout=60_000) as download:
+            page.get_by_role("button", name="Daily ledger").click()
+        text = Path(download.value.path()).read_text()
+        browser.close()
+    rows = list(csv.DictReader(io.StringIO(text)))
+    (hostile,) = [r for r in rows if r["User"] == "'" + HYPERLINK]
+    assert hostile["Input tokens (demo)"] == "10" and hostile["Output tokens (demo)"] == "5"
+    assert DEV in {r["User"] for r in rows} and all(r["Turns done"].isdigit() for r in rows)

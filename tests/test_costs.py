@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from lib.usage import costs
+from lib.usage import costs, readable
 from lib.usage.capacity import ACTIONS
 from lib.usage.ledger import Bucket
 from lib.usage.pricing import Prices
@@ -88,24 +88,24 @@ class TestReadableUnits:
         (0.99996, "$1.00"), (1.1663, "$1.17"), (99.994, "$99.99"), (2669.4, "$2,669"), (1_234_567, "$1,234,567"),
         (1.25e-7, "< $0.000001"), (float("nan"), "–"), (-0.0123, "-$0.012")])
     def test_money(self, value, text):
-        assert costs.money(value) == text
+        assert readable.money(value) == text
 
     @pytest.mark.parametrize("value, text", [(None, "–"), (0, "0%"), (0.0002, "< 0.1%"), (0.0023, "0.2%"),
                                              (0.5, "50.0%"), (1.0, "100%")])
     def test_percent(self, value, text):
-        assert costs.percent(value) == text
+        assert readable.percent(value) == text
 
     @pytest.mark.parametrize("value, text", [(1234567, "1,234,567"), (164.5, "164.5"), (164.0, "164")])
     def test_number(self, value, text):
-        assert costs.number(value) == text
+        assert readable.number(value) == text
 
     def test_a_money_column_shows_two_significant_digits_of_its_smallest_amount(self):
         import pandas as pd
 
-        assert costs.money_column_format(pd.Series([0.0004, 0.0012, 0.0])) == "$%.5f"
-        assert costs.money_column_format(pd.Series([12.5, 3.0])) == "$%.2f"
-        assert costs.money_column_format(pd.Series([0.0, float("nan")])) == "$%.2f"
-        assert costs.money_column_format(pd.Series([1e-12])) == "$%.8f"  # capped
+        assert readable.money_column_format(pd.Series([0.0004, 0.0012, 0.0])) == "$%.5f"
+        assert readable.money_column_format(pd.Series([12.5, 3.0])) == "$%.2f"
+        assert readable.money_column_format(pd.Series([0.0, float("nan")])) == "$%.2f"
+        assert readable.money_column_format(pd.Series([1e-12])) == "$%.8f"  # capped
 
 
 class TestActions:
@@ -161,7 +161,7 @@ class TestDailyChart:
     @pytest.mark.parametrize("top, fmt", [(0.0004, "$,.5~f"), (0.04, "$,.3~f"), (3.0, "$,.2~f"), (250.0, "$,.2~f"),
                                           (0.0, "$,.2~f")])
     def test_the_dollar_axis_has_as_many_decimals_as_its_ticks_need(self, top, fmt):
-        assert costs.axis_money_format(top) == fmt
+        assert readable.axis_money_format(top) == fmt
 
     def test_tokens_per_day_every_day_by_model(self):
         buckets = [bucket({"tn|demo": 1, "ti|demo": 100, "to|demo": 50}, day="2026-11-03")]
@@ -200,7 +200,7 @@ class TestHeadline:
         assert head.model_cost == pytest.approx(0.3 + 0.15)
         assert head.estimated == {"demo": "claude-sonnet-4-6"}
         assert head.dynamodb_share == pytest.approx(head.dynamodb_cost / (head.dynamodb_cost + 0.45))
-        assert costs.percent(head.dynamodb_share) == "0.1%"
+        assert readable.percent(head.dynamodb_share) == "0.1%"
 
     def test_a_demo_estimate_needs_a_known_price(self):
         assert PRICES.with_demo_priced_as("unknown-model") is PRICES

@@ -15,6 +15,7 @@ import pandas as pd
 
 from lib.usage.ledger import Bucket
 from lib.usage.pricing import Prices
+from lib.usage.readable import axis_money_format
 
 DESIGN_DYNAMODB_PER_M_TURNS = 11.0  # DESIGN.md: about $11 per 1M turns at its assumptions
 
@@ -63,57 +64,6 @@ def action_name(action: str) -> str:
 
 def _action_key(action: str) -> tuple[int, str]:
     return _ACTION_ORDER.get(action, len(_ACTION_ORDER)), action
-
-
-# --- readable units --------------------------------------------------------------------------------------------
-
-def money(value: float) -> str:
-    """Dollars read at a glance: two significant digits under $1, cents under $100, whole dollars above."""
-    if value != value:
-        return "–"
-    sign, value = ("-" if value < 0 else ""), abs(value)
-    if value == 0:
-        return "$0"
-    if value < 1e-6:
-        return "< $0.000001"
-    if value < 1:
-        value = float(f"{value:.2g}")  # may round up to 1
-    if value < 1:
-        text = f"{value:.{1 - math.floor(math.log10(value))}f}"
-    elif value < 100:
-        text = f"{value:,.2f}"
-    else:
-        text = f"{value:,.0f}"
-    return f"{sign}${text}"
-
-
-def percent(share: float | None) -> str:
-    if share is None:
-        return "–"
-    if share == 0 or share == 1:
-        return f"{share:.0%}"
-    return "< 0.1%" if share < 0.001 else f"{share:.1%}"
-
-
-def number(value: float) -> str:
-    """Counts with thousands separators; read units can be halves."""
-    return f"{value:,.0f}" if float(value).is_integer() else f"{value:,.1f}"
-
-
-def money_column_format(values: pd.Series) -> str:
-    """A printf format for a table's $ column: two significant digits of its smallest amount (2 to 8 decimals)."""
-    amounts = values.abs()
-    amounts = amounts[amounts > 0]
-    if amounts.empty:
-        return "$%.2f"
-    return f"$%.{min(8, max(2, 1 - math.floor(math.log10(amounts.min()))))}f"
-
-
-def axis_money_format(top: float) -> str:
-    """A d3 format for a dollar axis up to `top`: enough decimals for ticks a tenth of it, trailing zeros trimmed."""
-    if top <= 0 or top >= 1:
-        return "$,.2~f"
-    return f"$,.{max(2, -math.floor(math.log10(top / 10)))}~f"
 
 
 # --- rows ------------------------------------------------------------------------------------------------------

@@ -150,12 +150,15 @@ class SessionContextLoader:
             return spent
 
         left -= take_recalled(int(left * RECALL_SHARE), self.recall_turns, set())
-        recalled_ids = {r[0].message_id for r in recalled}
         for turn in reversed(turns[:-1] if verbatim else turns):  # more newest turns, contiguous
-            if turn.message_id in recalled_ids or cost(turn) > left:
+            was = next((r for r in recalled if r[0].message_id == turn.message_id), None)
+            refund = tokens.count(was[1]) + 1 if was else 0  # a recalled turn reached: send it in place instead
+            if cost(turn) > left + refund:
                 break
+            if was:
+                recalled.remove(was)
             verbatim.append(turn)
-            left -= cost(turn)
+            left += refund - cost(turn)
         if left > 0:  # room to spare: more recalled turns
             left -= take_recalled(left, self.recall_turns * 2, {v.message_id for v in verbatim})
         verbatim.reverse()

@@ -63,7 +63,7 @@ class TestRequestBudget:
         store.open_session(A, session.session_id)
         assert requests.names == ["Query", "Query"]
         sidebar, opened = (params for _, params in requests.calls)
-        assert sidebar["Limit"] == 20 and opened["Limit"] == 22  # summary + meta + 20 turns
+        assert sidebar["Limit"] == 20 and opened["Limit"] == 21  # meta + 20 turns (or meta + summary + 19)
         assert all(p["ConsistentRead"] and p["ScanIndexForward"] is False for p in (sidebar, opened))
         assert sidebar["ExpressionAttributeValues"][":prefix"] == {"S": "SES#"}
 
@@ -445,3 +445,25 @@ class TestStorableText:
         stored = store.open_session(A, session.session_id).messages[0]
         assert stored.status == DONE and stored.output_body == "broken \ufffd pair, whole 👋"
         assert stored.input_body == "q \ufffd" and done.output_body == stored.output_body
+
+
+class TestSummaryInTheOpenQuery:
+    def test_a_summary_takes_one_turns_slot_so_the_open_stays_limit_21_and_paging_reaches_every_turn(
+            self, store, client, table, requests):
+        session, first = store.create_session(A, "turn 0", system_prompt_id=PROMPT)
+        ids = [first.message_id]
+        for n in range(1, 30):
+            session, message = store.send_message(A, session, f"turn {n}", system_prompt_id=PROMPT)
+            ids.append(message.message_id)
+        client.put_item(TableName=table, Item=to_item({
+            **keys.summary_key(A, session.session_id), "session_id": session.session_id, "text": "so far...",
+            "version": 1, "covered_until": ids[5], "covered_turns": 6}))
+        requests.reset()
+        view = store.open_session(A, session.session_id)
+        assert requests.calls[0][1]["Limit"] == 21
+        assert view.summary.text == "so far..." and len(view.messages) == 19
+        loaded = [m.message_id for m in view.messages]
+        while view.cursor:
+            view = store.open_session(A, session.session_id, cursor=view.cursor)
+            loaded = [m.message_id for m in view.messages] + loaded
+        assert loaded == ids

@@ -351,12 +351,12 @@ class ChatStore:
         return Page(items, next_cursor)
 
     def open_session(self, user_id: str, session_id: str, *, cursor: str | None = None) -> SessionView:
-        """The running summary, the session meta and its newest 20 turns (1 Query, Limit 22), or an older page.
+        """The session meta, its running summary if any, and its newest turns (1 Query, Limit 21), or an older page.
 
         SUM#RUNNING sorts after SES#META, which sorts after every MSG#: descending, the
-        summary and the meta come first. Limit 22 leaves room for both; a session with no
-        summary yet returns a 21st turn, which is dropped and re-read on the next page
-        (the cursor points at the 20th), so a page is always 20 turns.
+        summary and the meta come first. The design's read stays exactly Limit 21: a session
+        with a summary (a long one) shows 19 turns on its first page instead of 20, rather
+        than every open reading (and paying for) a 22nd item.
         """
         if not keys.is_id(session_id):
             raise SessionNotFound("No such chat.")
@@ -365,7 +365,7 @@ class ChatStore:
             KeyConditionExpression="pk = :pk",
             ExpressionAttributeValues=to_item({":pk": pk}),
             ScanIndexForward=False,  # SUM# and SES#META sort after every MSG#, so they come first
-            Limit=TURNS_PAGE + 2,
+            Limit=TURNS_PAGE + 1,
             ConsistentRead=True,
         )
         remaining = None
@@ -392,9 +392,6 @@ class ChatStore:
             elif kind != keys.SUMMARY:
                 logs.warning("store.unknown_record", kind=kind, operation="open_session")
         last_sk = response["LastEvaluatedKey"]["sk"]["S"] if response.get("LastEvaluatedKey") else None
-        if len(messages) > TURNS_PAGE:  # no summary took its slot: keep 20, the next page starts after the 20th
-            messages = messages[:TURNS_PAGE]
-            last_sk = keys.message_sk(messages[-1].message_id)
         if cursor is None:
             if session is None:
                 raise SessionNotFound("No such chat.")

@@ -45,7 +45,8 @@ SETTINGS: dict[str, tuple[str, str]] = {
     "CHAT_BEDROCK_BASE_URL": ("", "Bedrock endpoint override (a VPC endpoint)."),
     "CHAT_MAX_TOKENS": ("4096", "Most tokens one answer may have."),
     "CHAT_MODEL_MAX_RETRIES": ("2", "Retries of a model call that failed before its first token (429, 529, network)."),
-    "CHAT_CONTEXT_TOKENS": ("24000", "Token budget of earlier turns sent with a question (newest first)."),
+    "CHAT_CONTEXT_TOKENS": ("24000", "Token budget of everything sent with a question: system prompt, memories, "
+                                       "summary, recalled and newest turns, the question."),
     "CHAT_SYSTEM_PROMPT_ID": ("default-v1", "System prompt of new turns (see `lib/turn/prompts.py`)."),
     "CHAT_PENDING_TIMEOUT_S": ("300", "A turn still pending after this many seconds is shown as interrupted."),
     "CHAT_DEMO_DELAY": ("0.02", "Seconds between the demo model's chunks."),

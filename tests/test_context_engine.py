@@ -77,6 +77,23 @@ class TestTurn:
         saved = turn.close()
         assert saved.status == "done"
 
+    def test_a_retry_sees_only_the_turns_before_it(self, engine, store):
+        from lib.turn.turns import retry_turn
+
+        session, turns = long_chat(store, 24)
+        session, pending = store.send_message(U, session, "which port does staging use?", system_prompt_id="p")
+        failed = store.fail_message(U, pending, output_body="", error="overloaded")
+        session, later = store.send_message(U, session, "Later: staging moved to port 7000.", system_prompt_id="p")
+        later = store.finish_message(U, later, output_body="ok, port 7000", input_token=1, output_token=1,
+                                     response_start_time=later.create_time, response_end_time=later.create_time)
+        view = store.open_session(U, session.session_id)
+        turn = retry_turn(store, DemoModel(delay_s=0), U, view.session, failed, view.messages, budget_tokens=2000,
+                          engine=engine, cache=ContextCache(), summary=view.summary)
+        sent = [s.id for s in turn.context.sources if s.kind in ("turn", "recalled")]
+        assert later.message_id not in sent and "7000" not in turn.context.prompt.system
+        assert "5433" in turn.context.prompt.system
+        assert turn.context.prompt.messages[-1]["content"] == "which port does staging use?"
+
     def test_without_an_engine_the_turn_sends_the_loaded_turns_only(self, store, requests):
         session, _ = long_chat(store, 3)
         view = store.open_session(U, session.session_id)

@@ -45,11 +45,12 @@ class ContextEngine:
 
     def context(self, cache: ContextCache, user_id: str, session: Session | None, question: str,
                 history: list[Message], *, summary: Summary | None, system_prompt_id: str, budget: int,
-                earlier_turns: int | None = None, recall: Recall | None = None) -> Context:
+                earlier_turns: int | None = None, recall: Recall | None = None,
+                before: str | None = None) -> Context:
         """What the model is sent with `question` after `history` (the loaded earlier turns, oldest first).
 
         `earlier_turns`: how many turns precede the question (default: the session's count less the question
-        just committed)."""
+        just committed); `before`: a Retry's message id, so no later turn is recalled."""
         spent = 0
         memories: list = []
         if user_id:
@@ -67,7 +68,8 @@ class ContextEngine:
         loader = SessionContextLoader(recall or self.recall(cache), recall_turns=self.settings.recall_turns)
         return loader.load(user_id=user_id, session_id=session.session_id if session else None,
                            system=system_prompt(system_prompt_id), question=question, history=list(history),
-                           budget=budget, memories=memories, summary=summary, earlier_turns=earlier_turns)
+                           budget=budget, memories=memories, summary=summary, earlier_turns=earlier_turns,
+                           before=before)
 
     def summarize_after_save(self, user_id: str, session: Session, history: list[Message],
                              summary: Summary | None) -> SummaryOutcome:

@@ -101,7 +101,7 @@ class SessionContextLoader:
 
     def load(self, *, user_id: str, session_id: str | None, system: str, question: str, history: list[Message],
              budget: int, memories: list[Memory] = (), summary: Summary | None = None,
-             earlier_turns: int | None = None) -> Context:
+             earlier_turns: int | None = None, before: str | None = None) -> Context:
         """The prompt for `question` after `history` (earlier turns the caller has, oldest first)."""
         turns = sorted((m for m in history if answered(m)), key=lambda m: m.message_id)
         earlier = max(earlier_turns if earlier_turns is not None else len(history), len(history))
@@ -126,7 +126,9 @@ class SessionContextLoader:
             summary_block, summary_cut = _summary_block(summary, min(left, int(budget * SUMMARY_SHARE)) - 1)
             left -= tokens.count(summary_block) + 1 if summary_block else 0
 
-        candidates = self._recalled(user_id, session_id, question, frozenset(m.message_id for m in verbatim))
+        candidates = [c for c in self._recalled(user_id, session_id, question,
+                                                frozenset(m.message_id for m in verbatim))
+                      if before is None or c.message_id < before]  # a Retry sees only what preceded its turn
         recalled: list[tuple[Message, str, bool]] = []
 
         def take_recalled(room: int, limit: int, skip: set[str]) -> int:

@@ -89,13 +89,15 @@ class Turn:
 
 
 def _context(engine, cache, user_id: str, session: Session, question: str, history: list[Message], *,
-             system_prompt_id: str, budget_tokens: int, summary, earlier_turns: int) -> Context:
+             system_prompt_id: str, budget_tokens: int, summary, earlier_turns: int,
+             before: str | None = None) -> Context:
     """The SessionContextLoader's context (with an engine: memories, summary, recall), after the commit."""
     if engine is None or cache is None:
         return loaded_only(system_prompt(system_prompt_id), history, question, budget_tokens=budget_tokens,
                            earlier_turns=earlier_turns)
     return engine.context(cache, user_id, session, question, history, summary=summary,
-                          system_prompt_id=system_prompt_id, budget=budget_tokens, earlier_turns=earlier_turns)
+                          system_prompt_id=system_prompt_id, budget=budget_tokens, earlier_turns=earlier_turns,
+                          before=before)
 
 
 def begin_turn(store: ChatStore, model: ChatModel, user_id: str, session: Session | None, question: str,
@@ -122,8 +124,8 @@ def retry_turn(store: ChatStore, model: ChatModel, user_id: str, session: Sessio
     restarted = store.restart_message(user_id, message)
     earlier = [m for m in history if m.message_id < message.message_id]
     # Every turn before the retried one (the page may hold only some of them).
-    before = session.message_count - 1 - sum(1 for m in history if m.message_id > message.message_id)
+    preceding = session.message_count - 1 - sum(1 for m in history if m.message_id > message.message_id)
     context = _context(engine, cache, user_id, session, message.input_body, earlier,
                        system_prompt_id=message.system_prompt_id, budget_tokens=budget_tokens, summary=summary,
-                       earlier_turns=max(before, len(earlier)))
+                       earlier_turns=max(preceding, len(earlier)), before=message.message_id)
     return Turn(store, model, user_id, session, restarted, context, ledger=ledger)

@@ -218,3 +218,28 @@ class TestWritesThatFail:
                                       UpdateExpression="SET m.b = :b, c = :c",
                                       ExpressionAttributeValues=to_item({":b": "y" * 300_000, ":c": "z" * 300_000}))
         assert folder.get("p", "m") == to_item({"pk": "p", "sk": "m", "m": {"a": "x"}})
+
+
+class TestEveryPage:
+    @pytest.mark.parametrize("page", ["app.py", "pages/cost.py"])
+    def test_a_damaged_database_is_the_same_sentence_on_every_load_never_an_empty_sidebar(
+            self, tmp_path, monkeypatch, page):
+        from streamlit.testing.v1 import AppTest
+
+        folder = Folder(tmp_path / "data", "chat").start()
+        for i in range(200):
+            folder.put(f"USER#{i % 5}", f"SES#{i:04d}", body="y" * 300)
+        folder.stop()
+        db = folder.path / "chat.sqlite3"
+        data = bytearray(db.read_bytes())
+        data[2 * 4096:5 * 4096] = os.urandom(3 * 4096)
+        db.write_bytes(bytes(data))
+        monkeypatch.setenv("CHAT_DATA_DIR", str(folder.path))
+        monkeypatch.setenv("CHAT_TABLE", "chat")
+        for _ in range(2):  # a reload tries again and says the same
+            at = AppTest.from_file(str(Path(__file__).resolve().parents[1] / page), default_timeout=30).run()
+            assert not at.exception
+            assert [e.value for e in at.error if "is damaged" in e.value] == [
+                next(e.value for e in at.error if "is damaged" in e.value)]
+            assert f"{db} is damaged" in at.error[0].value and "python -m lib.admin restore" in at.error[0].value
+            assert not [b for b in at.sidebar.button if b.key and b.key.startswith("open-")] and not at.chat_input

@@ -26,9 +26,8 @@ def sidebar_rows(at):
 
 
 def sidebar_titles(at):
-    """Sidebar labels are '<title> :gray[· <relative time>]', the open chat's '<title> · <relative time>'."""
-    return [(b.label.split(" :gray[")[0] if " :gray[" in b.label else b.label.rsplit(" · ", 1)[0]).replace("\\", "")
-            for b in sidebar_rows(at)]
+    """Sidebar rows are labelled with the title alone (escaped); dates are headings above them."""
+    return [b.label.replace("\\", "") for b in sidebar_rows(at)]
 
 
 def shown_text(message) -> str:

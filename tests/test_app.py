@@ -17,9 +17,9 @@ class TestChatFlow:
         assert "demo model" in shown_text(at.chat_message[1])
         assert "out tokens" in at.chat_message[1].caption[0].value
         session_id = at.query_params["session"][0] if isinstance(at.query_params["session"], list) else at.query_params["session"]
-        assert sidebar_titles(at) == ["How do I store chat history"]  # the model-written title
+        assert sidebar_titles(at) == ["How do I store chat history in DynamoDB"]  # the model-written title
         view = services().store.open_session(DEV, session_id)
-        assert view.messages[0].status == "done" and view.session.title == "How do I store chat history"
+        assert view.messages[0].status == "done" and view.session.title == "How do I store chat history in DynamoDB"
         # export is generated only when clicked (no request on render): two buttons, Markdown and JSON
         assert [d.proto.label for d in at.get("download_button")] == ["Markdown", "JSON"]
 

@@ -102,10 +102,20 @@ class TestPolish:
         (box,) = [c for c in at.code if c.language == "markdown"]
         assert "You asked: *copy me*" in box.value
 
-    def test_the_open_chat_row_shows_its_date_without_grey_on_blue(self):
+    def test_sidebar_dates_are_headings_so_the_selected_row_has_no_grey_text(self):
+        import datetime as dt
+
+        from lib.web.ui import day_group
+
         at = send(new_browser(), "first")
         (row,) = [b for b in at.sidebar.button if b.key and b.key.startswith("open-")]
-        assert row.proto.type == "primary" and ":gray[" not in row.label and row.label.endswith("· just now")
+        assert row.proto.type == "primary" and row.label == "First"
+        assert [c.value for c in at.sidebar.caption][0] == "Today"
+        now = dt.datetime(2026, 11, 30, 9, tzinfo=dt.timezone.utc)
+        assert [day_group(t, now) for t in ("2026-11-30T00:00:01.000Z", "2026-11-29T23:59:59.000Z",
+                                            "2026-11-24T08:00:00.000Z", "2026-11-02T08:00:00.000Z",
+                                            "2026-10-30T08:00:00.000Z", "2025-12-30T08:00:00.000Z")] == \
+            ["Today", "Yesterday", "Previous 7 days", "Previous 30 days", "October", "December 2025"]
 
     def test_a_title_with_an_image_is_shown_as_text(self):
         at = send(new_browser(), "title")

@@ -108,4 +108,9 @@ class TestDemoModel:
 
     def test_titles_come_from_the_question(self):
         title, _ = DemoModel().title("how do I store chat history in DynamoDB?", "")
-        assert title == "How do I store chat history"
+        assert title == "How do I store chat history in DynamoDB"
+        assert DemoModel().title("Review this function for bugs: def add(a, b): return a - b if a else b", "")[0] == \
+            "Review this function for bugs"
+        assert DemoModel().title("Please write a long and careful design document for the new billing "
+                                 "service and its queues", "")[0] == \
+            "Please write a long and careful design document"

@@ -23,6 +23,10 @@ QUESTIONS = [
     "Review this function for bugs: def add(a, b): return a - b", "Make the email shorter and friendlier",
     "Give me three options for the project name", "How do I paginate a DynamoDB Query?",
     "Write a unit test for the parser", "Translate this paragraph into plain English",
+    "Plan a one-hour onboarding session for new engineers", "Compare SQS and EventBridge for our order events",
+    "Summarize last week's incident report in five bullets", "Suggest names for the new billing service",
+    "Explain the difference between a mutex and a semaphore", "Write a regex that matches ISO 8601 dates",
+    "Draft the agenda for Thursday's design review", "How do I cap costs on DynamoDB on-demand tables?",
 ]
 FOLLOW_UPS = ["Can you make it shorter?", "Show an example", "What are the risks?", "And in Python?",
               "Thanks, one more question", "Explain the second point"]
@@ -51,6 +55,13 @@ class FlakyDemo(DemoModel):
         return Reply(self.name, broken())
 
 
+def _draw(decks: dict[str, list[str]], user: str, rng: random.Random) -> str:
+    """A user's next first question: each question once before any repeats, so the sidebar's titles differ."""
+    if not decks.get(user):
+        decks[user] = rng.sample(QUESTIONS, len(QUESTIONS))
+    return decks[user].pop()
+
+
 def seed_demo(services: Services, *, days: int = 21, seed: int = 7, end: dt.datetime | None = None) -> dict:
     """Write the demo history; returns counts of what was written."""
     rng = random.Random(seed)
@@ -60,6 +71,7 @@ def seed_demo(services: Services, *, days: int = 21, seed: int = 7, end: dt.date
     end = end or dt.datetime.now(dt.timezone.utc)
     moment = [end - dt.timedelta(days=days)]
     written = {"sessions": 0, "turns": 0, "failed": 0}
+    decks: dict[str, list[str]] = {}
 
     with keys.clock(lambda: moment[0]):
         for day in range(days):
@@ -74,7 +86,7 @@ def seed_demo(services: Services, *, days: int = 21, seed: int = 7, end: dt.date
                     store.list_sessions(user)  # the sidebar a user sees on arrival
                     session, history = None, []
                     for turn_number in range(rng.choice([1, 2, 3, 4, 6, 9])):
-                        question = rng.choice(QUESTIONS) if turn_number == 0 else rng.choice(FOLLOW_UPS)
+                        question = _draw(decks, user, rng) if turn_number == 0 else rng.choice(FOLLOW_UPS)
                         model.fail_next = rng.random() < 0.06
                         turn = begin_turn(store, model, user, session, question, history,
                                           system_prompt_id=settings.system_prompt_id,

@@ -210,10 +210,32 @@ class DemoModel:
         return Reply(self.name, source())
 
     def title(self, question: str, answer: str) -> tuple[str, Usage]:
-        words = re.findall(r"[\w'’-]+", question)[:6]
-        title = " ".join(words) if words else "New chat"
-        title = title[0].upper() + title[1:]
+        title = demo_title(question)
         return title, Usage(input_tokens=estimate_tokens(question), output_tokens=estimate_tokens(title))
+
+
+_TRAILING = {"a", "an", "the", "for", "of", "to", "and", "or", "in", "on", "with", "my", "our", "this", "that",
+             "your", "about", "by", "from", "at", "as", "is", "def"}
+
+
+def demo_title(question: str, limit: int = 60) -> str:
+    """The question's first line as a title, never cut mid-phrase: a short question whole, a long one at its
+    first clause (':', ',', ';', ' - ') or on a word, without a dangling 'the', 'for'..."""
+    line = " ".join(question.strip().split("\n", 1)[0].split()).rstrip("?.!:; ")
+    if not line:
+        return "New chat"
+    if len(line) > limit:
+        clause = re.split(r"[:;,(]| - | — ", line, maxsplit=1)[0].strip()
+        if 3 <= len(clause.split()) and len(clause) <= limit:
+            words = clause.split()
+        else:  # whole words that fit, ended before the last phrase that would be cut ('... for the new')
+            words = line[:limit + 1].rsplit(" ", 1)[0].split()
+            starts = [i for i in range(3, len(words)) if words[i].lower() in _TRAILING]
+            words = words[:starts[-1]] if starts else words
+        while len(words) > 2 and words[-1].lower().strip("'’") in _TRAILING:
+            words.pop()
+        line = " ".join(words)
+    return line[0].upper() + line[1:]
 
 
 _TOPICS = [

@@ -63,16 +63,19 @@ class ChatPage:
         with st.sidebar:
             ui.page_links()
             st.button("New chat", icon=":material/edit_square:", width="stretch", on_click=self.go_to, args=(None,))
-            st.caption("Your chats")
             if not view.sidebar:
-                st.caption("Nothing here yet: your chats will be listed here, newest first.")
+                st.caption("Your chats will be listed here, newest first.")
+            heading = None
             for row in view.sidebar or []:
+                # Dates are headings ('Today', 'Previous 7 days'...), not part of the row: a long title
+                # cannot push its date out of sight, and the selected row (white on blue) has none to fade.
+                if ui.day_group(row.last_message_time) != heading:
+                    heading = ui.day_group(row.last_message_time)
+                    st.caption(heading)
                 current = row.session_id == view.open_id
-                when = ui.relative_time(row.last_message_time)
-                # The selected row is white on blue: its date in grey would be unreadable there.
-                label = f"{plain_label(row.title)} · {when}" if current else f"{plain_label(row.title)} :gray[· {when}]"
-                st.button(label, key=f"open-{row.session_id}", type="primary" if current else "tertiary",
-                          help=f"Last message {when}", width="stretch", on_click=self.go_to, args=(row.session_id,))
+                st.button(plain_label(row.title), key=f"open-{row.session_id}", type="primary" if current else "tertiary",
+                          help=f"Last message {ui.relative_time(row.last_message_time)}", width="stretch",
+                          on_click=self.go_to, args=(row.session_id,))
             if view.sidebar_cursor and st.button("Load more", icon=":material/expand_more:", width="stretch"):
                 with ui.errors_shown():
                     view.load_more_sessions(self.store)

@@ -37,8 +37,9 @@ section[data-testid="stSidebar"] div[data-testid="stButton"] button,
 section[data-testid="stSidebar"] div[data-testid="stButton"] button > div { justify-content: flex-start; text-align: left; }
 section[data-testid="stSidebar"] div[data-testid="stButton"] button p { white-space: nowrap; overflow: hidden;
   text-overflow: ellipsis; }
-/* Suggestions wrap on a phone instead of being cut off. */
+/* Suggestions wrap on a phone instead of being cut off; the welcome title fits a phone. */
 .st-key-suggestions button p { white-space: normal; text-align: left; }
+@media (max-width: 640px) { h1 { font-size: 2rem !important; } }
 </style>
 """
 
@@ -108,3 +109,20 @@ def relative_time(text: str, now: dt.datetime | None = None) -> str:
     if moment.year == now.year:
         return f"{moment:%b} {moment.day}"
     return f"{moment:%b} {moment.day}, {moment.year}"
+
+
+def day_group(text: str, now: dt.datetime | None = None) -> str:
+    """The sidebar heading a chat falls under: 'Today', 'Yesterday', 'Previous 7 days', 'Previous 30 days',
+    then the month ('October' this year, 'December 2025' before)."""
+    moment = keys.parse_time(text)
+    now = now or dt.datetime.now(dt.timezone.utc)
+    days = (now.date() - moment.date()).days
+    if days <= 0:
+        return "Today"
+    if days == 1:
+        return "Yesterday"
+    if days < 7:
+        return "Previous 7 days"
+    if days < 30:
+        return "Previous 30 days"
+    return f"{moment:%B}" if moment.year == now.year else f"{moment:%B %Y}"

@@ -39,17 +39,20 @@ def summaries(client, table, meter):
 
 
 class TestOpenSession:
-    def test_summary_meta_and_20_turns_arrive_in_one_query(self, store, summaries, requests):
+    def test_summary_meta_and_19_turns_arrive_in_one_query_of_the_designs_limit_21(self, store, summaries,
+                                                                                   requests):
         session, turns = chat(store, 25)
         summaries.put(U, Summary(session.session_id, "- early things", 0, turns[4].message_id, 5, "extractive",
                                  "extractive", keys.now()), previous=None)
         requests.reset()
         view = store.open_session(U, session.session_id)
-        assert requests.names == ["Query"] and requests.calls[0][1]["Limit"] == 22
+        assert requests.names == ["Query"] and requests.calls[0][1]["Limit"] == 21
         assert view.summary.text == "- early things" and view.summary.version == 1
-        assert [m.message_id for m in view.messages] == [t.message_id for t in turns[5:]]
+        assert [m.message_id for m in view.messages] == [t.message_id for t in turns[6:]]
+        older = store.open_session(U, session.session_id, cursor=view.cursor)
+        assert [m.message_id for m in older.messages] == [t.message_id for t in turns[:6]] and older.cursor is None
 
-    def test_without_a_summary_the_21st_turn_is_left_for_the_next_page_and_no_turn_is_lost_or_doubled(self, store):
+    def test_without_a_summary_pages_of_20_reach_every_turn_once(self, store):
         session, turns = chat(store, 45)
         view = store.open_session(U, session.session_id)
         assert view.summary is None and len(view.messages) == 20

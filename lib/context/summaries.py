@@ -93,6 +93,12 @@ class Summarizer:
         return tokens.clip(text.strip(), self.max_tokens), usage
 
 
+def divider_label(summary: Summary) -> str:
+    """The chat's divider after the last summarised turn (`summary.covered_until`), with how it was written."""
+    how = "extractive summary, demo model" if summary.method == EXTRACTIVE else f"summary by {summary.model}"
+    return f"Earlier turns summarised ({summary.covered_turns} turns, {how})"
+
+
 def due(history: list[Message], summary: Summary | None, *, verbatim_turns: int, every: int) -> list[Message]:
     """The turns to summarise now (oldest first), or [] if fewer than `every` have left the verbatim window."""
     covered = summary.covered_until if summary else ""

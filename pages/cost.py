@@ -112,8 +112,8 @@ with ui.errors_shown():
             config = {c: counts for c in table.columns if table[c].dtype.kind in "if"}
             config.update({c: st.column_config.NumberColumn(format=readable.money_column_format(table[c]))
                            for c in table.columns if "$" in c})
-            if "Share" in table:
-                config["Share"] = st.column_config.NumberColumn(format="percent")
+            if "Share %" in table:
+                config["Share %"] = st.column_config.NumberColumn(format="%.1f%%")
             st.dataframe(table, hide_index=True, width="stretch", column_config=config)
 
         st.subheader("Download (CSV)", anchor=False)

@@ -179,9 +179,9 @@ class TestByAction:
         table = costs.by_action(buckets, PRICES)
         assert list(table["Action"]) == ["Send a question", "Open a chat"]  # by cost
         assert list(table.columns) == ["Action", "Category", "Requests", "Write units", "Read units", "DynamoDB $",
-                                       "Share"]  # no service figures, modeled = billed: those columns are left out
+                                       "Share %"]  # no service figures, modeled = billed: those columns are left out
         assert table["Requests"].tolist() == [2, 3] and str(table["Requests"].dtype) == "int64"
-        assert table["Share"].sum() == pytest.approx(1.0)
+        assert table["Share %"].sum() == pytest.approx(100.0)
 
     def test_service_figures_and_their_difference_from_the_model_are_shown_when_there_are_some(self):
         table = costs.by_action([bucket({"n.send": 2, "ns.send": 1, "wu.send": 5, "w.send": 4})], PRICES)

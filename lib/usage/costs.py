@@ -192,13 +192,13 @@ def by_action(buckets: list[Bucket], prices: Prices) -> pd.DataFrame:
     table = pd.DataFrame({
         "Action": t["action"].map(action_name), "Category": t["action"].map(category_of),
         "Requests": t["requests"].astype(int), "Write units": t["WRU"], "Read units": t["RRU"],
-        "DynamoDB $": t["cost"], "Share": t["cost"] / total if total else 0.0,
+        "DynamoDB $": t["cost"], "Share %": t["cost"] / total * 100 if total else 0.0,
         "Service-reported requests": t["service_figures"].astype(int),
         "Modeled write units": t["modeled WRU"], "Modeled read units": t["modeled RRU"],
         "Billed − modeled units": t["WRU"] + t["RRU"] - t["modeled WRU"] - t["modeled RRU"]})
     if table["Billed − modeled units"].eq(0).all() and t["WRU"].eq(t["modeled WRU"]).all():
         table = table.drop(columns=["Modeled write units", "Modeled read units"])  # every figure is the model's
-    table = _drop_empty(table, ["Write units", "Read units", "Share", "Service-reported requests",
+    table = _drop_empty(table, ["Write units", "Read units", "Share %", "Service-reported requests",
                                 "Modeled write units", "Modeled read units", "Billed − modeled units"])
     return table.sort_values(["DynamoDB $", "Requests"], ascending=False).reset_index(drop=True)
 

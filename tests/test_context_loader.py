@@ -138,3 +138,18 @@ class TestOrderAndSources:
         self.history[5] = turn(5, "我们的部署窗口是每周四下午两点。", "好的，部署窗口定在周四下午两点。")
         context = self.load(question="部署窗口是什么时候？")
         assert self.history[5].message_id in [s.id for s in context.sources if s.kind == "recalled"]
+
+
+class TestMemoryShare:
+    def test_memories_over_their_quarter_keep_the_relevant_and_newest_in_date_order(self):
+        memories = [Memory(f"m{i:03d}", "u", f"Fact number {i} about topic {i} " + "padding " * 20, "s", None,
+                           f"2026-10-01T00:00:{i % 60:02d}.{i:03d}Z") for i in range(60)]
+        memories.append(Memory("kafka", "u", "We keep Kafka topics for 14 days.", "s", None, "2026-09-01T00:00:00.000Z"))
+        context = SessionContextLoader().load(user_id="u", session_id=None, system="s", question="kafka retention?",
+                                              history=[], budget=1000, memories=memories)
+        sent = [s for s in context.sources if s.kind == "memory"]
+        assert 0 < len(sent) < len(memories) and sent[0].id == "kafka"  # the relevant one, oldest, first in order
+        block = context.prompt.system.split("\n\n", 1)[1]
+        assert tokens.count(block) <= 250
+        times = [s.time for s in sent]
+        assert times == sorted(times)

@@ -39,6 +39,7 @@ class TestRules:
         assert rule_facts("I prefer tabs over spaces. What is a ULID? My manager is Dana Lee.") == \
             ["I prefer tabs over spaces.", "My manager is Dana Lee."]
         assert rule_facts("How do I prefer one index over another?") == []
+        assert rule_facts("I'm trying to fix a flaky test. I'm a staff engineer.") == ["I'm a staff engineer."]
         assert rule_facts("我叫王芳。我们决定用PostgreSQL。这个怎么写？") == ["我叫王芳。", "我们决定用PostgreSQL。"]
 
 

@@ -144,6 +144,22 @@ def chat_more(store, session, n):
     return session, turns
 
 
+class TestRegenerate:
+    def test_regenerate_rebuilds_the_same_turns_as_a_new_version(self, store, summaries):
+        summarizer = Summarizer(DemoModel(delay_s=0), "x", 600)
+        session, turns = chat(store, 16)
+        first = summarize_after_save(summaries, summarizer, U, session, turns, None, verbatim_turns=6,
+                                     every=10).summary
+        from lib.context.summaries import divider_label, regenerate_summary
+        again = regenerate_summary(summaries, summarizer, U, session.session_id, first, every=10)
+        assert again.written and again.summary.version == 2
+        assert (again.summary.covered_until, again.summary.covered_turns) == (first.covered_until, 10)
+        assert again.summary.text == first.text  # deterministic offline
+        assert divider_label(again.summary) == "Earlier turns summarised (10 turns, extractive summary, demo model)"
+        stale = regenerate_summary(summaries, summarizer, U, session.session_id, first, every=10)
+        assert stale.dropped and stale.summary.version == 2  # the user's view was old: nothing overwritten
+
+
 class TestSummaryModel:
     def test_claude_writes_the_summary_with_the_cheaper_model_and_its_tokens_are_metered(self, store, client, table,
                                                                                        meter, fake_model):

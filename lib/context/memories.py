@@ -29,7 +29,7 @@ EXTRACT_INSTRUCTION = (
     "work; nothing from questions they ask, nothing temporary. Skip facts already known. Reply with a JSON list "
     "of short sentences (at most 5), or [] if there is nothing durable.")
 _EN = re.compile(
-    r"\b(my name is|call me|i am|i'm|i work|i live|i prefer|i'd prefer|i like|i love|i hate|i dislike|i don't like|"
+    r"\b(my name is|call me|i am an?|i'm an?|i am the|i'm the|i am based|i'm based|i work|i live|i prefer|i'd prefer|i like|i love|i hate|i dislike|i don't like|"
     r"i do not like|i always|i never|i usually|i use|we use|we're using|we are using|we decided|we've decided|"
     r"we have decided|we agreed|we chose|we picked|we switched|we moved|i decided|our team|my team|"
     r"our (?:deadline|budget|stack|policy|standard|convention|rule|release|launch|deploy)|"

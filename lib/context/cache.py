@@ -14,7 +14,7 @@ from typing import MutableMapping
 from lib.context.recall import TurnPool
 from lib.storage.records import Memory
 
-MAX_POOLS = 8
+MAX_POOLS = 4  # chats per browser session; each holds at most 2 MB of older turns
 
 
 @dataclass

@@ -47,9 +47,10 @@ days = tuple((first + dt.timedelta(days=i)).isoformat() for i in range((last - f
 try:
     buckets = load_buckets(svc.database.table, days, scope_user, me.user_id)
 except StoreUnavailable as exc:  # throttled or unreachable past the client's retries: say so, never a traceback
-    st.error(f"**The usage figures could not be read.** {exc} Press **Refresh** to try again. If it keeps failing, "
-             "DynamoDB is throttling or unreachable: a shorter date range makes fewer reads, and an operator can "
-             "check the table's throttled requests in CloudWatch. Chats are not affected.", icon=":material/cloud_off:")
+    st.error(f"**The usage figures could not be read.** {exc} If **Refresh** keeps failing, DynamoDB is throttling "
+             "or unreachable: a shorter date range makes fewer reads (an admin's range costs one read per day), and an "
+             "operator can check the table's throttled requests in CloudWatch. Chats are not affected.",
+             icon=":material/cloud_off:")
     st.stop()
 
 with ui.errors_shown():

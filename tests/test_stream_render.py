@@ -175,3 +175,16 @@ class TestStreamingWork:
         stream_markdown(shown, list(text), clock=lambda: next(ticks) * 0.01)  # 50 s of chunks
         assert shown.log["draws"] < 100
         assert shown.log["draws"] + shown.log["yields"] >= 50 / 0.1 - 1
+
+
+class TestReplyText:
+    def test_the_text_so_far_is_current_mid_stream_and_after_the_consumer_stops(self):
+        from lib.turn.models import Reply
+
+        reply = Reply("m", iter(["a", "b", "c", "d"]))
+        seen = []
+        for chunk in reply:
+            seen.append(reply.text)
+            if chunk == "c":
+                break  # the page stopped reading (a click elsewhere): the generator stays suspended
+        assert seen == ["a", "ab", "abc"] and reply.text == "abc" and not reply.complete

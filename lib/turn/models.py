@@ -55,16 +55,25 @@ class Reply:
 
     model: str
     _source: Iterator[Any] = field(repr=False)
-    text: str = ""
     usage: Usage = field(default_factory=Usage)
     started_at: str | None = None
     first_token_at: str | None = None
     ended_at: str | None = None
     complete: bool = False
+    _parts: list[str] = field(default_factory=list, repr=False)
+    _joined: tuple[int, str] = field(default=(0, ""), repr=False)
+
+    @property
+    def text(self) -> str:
+        """What arrived so far. Joined when read, not per chunk: a join per chunk grows with the answer
+        (quadratic over a long one), and it is read only a few times per answer."""
+        if self._joined[0] != len(self._parts):
+            self._joined = (len(self._parts), "".join(self._parts))
+        return self._joined[1]
 
     def __iter__(self) -> Iterator[str]:
         self.started_at = keys.now()
-        parts: list[str] = []
+        parts = self._parts
         try:
             for piece in self._source:
                 if isinstance(piece, Usage):  # providers send their usage last
@@ -73,7 +82,6 @@ class Reply:
                 if self.first_token_at is None:
                     self.first_token_at = keys.now()
                 parts.append(piece)
-                self.text = "".join(parts)
                 yield piece
             self.complete = True
         except ModelError:

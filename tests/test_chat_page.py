@@ -62,6 +62,20 @@ class TestLongChats:
 
 
 @pytest.mark.usefixtures("app_env")
+class TestFollowUps:
+    def test_a_follow_up_in_the_top_chat_is_finished_in_place_without_a_second_run(self):
+        at = send(new_browser(), "first question")
+        records = requests_made(lambda: send(at, "a follow-up"))
+        assert [(r.operation, r.action) for r in records] == [("TransactWriteItems", "send"), ("UpdateItem", "finish")]
+        assert [m.name for m in at.chat_message] == ["user", "assistant", "user", "assistant"]
+        last = at.chat_message[3]
+        assert "turn 2" in shown_text(last) and "out tokens" in last.caption[0].value
+        assert len(at.feedback) == 2
+        assert requests_made(lambda: at.run()) == []
+        assert [m.name for m in at.chat_message] == ["user", "assistant", "user", "assistant"]
+
+
+@pytest.mark.usefixtures("app_env")
 class TestPolish:
     def test_a_long_question_is_collapsed_with_show_all(self):
         long_question = "\n".join(f"line {i} " + "x" * 40 for i in range(60))  # 60 short lines

@@ -223,6 +223,9 @@ class ChatPage:
         if not question.strip():
             return  # an empty or whitespace-only question is ignored
         first = self.view.session is None
+        # A follow-up in the chat already at the top of the sidebar changes nothing drawn above it: its
+        # footer is drawn in place instead of rerunning the page (a rerun re-sends every turn on screen).
+        on_top = not first and bool(self.view.sidebar) and self.view.sidebar[0].session_id == self.view.open_id
         if self.welcome is not None:
             self.welcome.empty()  # the suggestions make way for the conversation
         with ui.errors_shown():
@@ -239,11 +242,15 @@ class ChatPage:
                 turn_view.question(turn.message)
             with st.chat_message("assistant"):
                 self.stream(turn)
+                in_place = on_top and turn.saved is not None and turn.saved.status == DONE
+                if in_place:
+                    self._answer_footer(turn.saved)
             if first:
                 renamed = title_first_turn(self.store, self.model, self.ledger, self.me.user_id, turn, question)
                 if renamed is not None:
                     self.view.renamed(renamed)
-            st.rerun()
+            if not in_place:
+                st.rerun()
 
     # --- the empty page and the composer ------------------------------------------------------------
     def not_found(self) -> None:

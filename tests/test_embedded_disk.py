@@ -243,3 +243,20 @@ class TestEveryPage:
                 next(e.value for e in at.error if "is damaged" in e.value)]
             assert f"{db} is damaged" in at.error[0].value and "python -m lib.admin restore" in at.error[0].value
             assert not [b for b in at.sidebar.button if b.key and b.key.startswith("open-")] and not at.chat_input
+
+
+class TestTables:
+    def test_table_requests_are_kept_as_sent_and_a_deleted_table_stays_deleted(self, folder):
+        folder.client.update_time_to_live(TableName=folder.table, TimeToLiveSpecification={
+            "Enabled": True, "AttributeName": "expire_at"})
+        other = f"{folder.table}-other"
+        create_table(folder.client, other, wait=False)
+        folder.client.put_item(TableName=other, Item=to_item({"pk": "p", "sk": "s"}))
+        folder.client.delete_table(TableName=other)
+        folder.restart()
+        ttl = folder.client.describe_time_to_live(TableName=folder.table)["TimeToLiveDescription"]
+        assert ttl == {"TimeToLiveStatus": "ENABLED", "AttributeName": "expire_at"}
+        assert folder.server.tables == [folder.table]
+        create_table(folder.client, other, wait=False)  # made again: empty, not the deleted table's items
+        assert folder.client.scan(TableName=other)["Items"] == []
+        folder.client.delete_table(TableName=other)

@@ -20,6 +20,7 @@ from lib.embedded.disk import Disk, key_text
 from lib.embedded.moto_patches import RESULT_SIZE_LIMIT, SortedPartition
 
 MEMORY_ITEMS = 10_000  # items kept in memory per table beyond the most recently used partition
+MEMORY_PARTITIONS = 5_000  # partitions kept, empty ones included (a GetItem of a missing key loads an empty one)
 FREEZE_AFTER_ITEMS = 2_000  # items loaded between gc.freeze() calls (see `Loads.settle`)
 FREEZE = True  # bench/local_db.py measures without
 
@@ -151,7 +152,7 @@ class LazyPartitions(dict):
             self.used[key] = None
             self.used.move_to_end(key, last=False)
         held = sum(len(p) for p in dict.values(self))
-        while held > budget and len(self.used) > 1:
+        while (held > budget or len(self.used) > MEMORY_PARTITIONS) and len(self.used) > 1:
             key, _ = self.used.popitem(last=False)
             partition = dict.pop(self, key, None)
             held -= len(partition) if partition is not None else 0

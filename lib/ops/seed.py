@@ -27,6 +27,11 @@ QUESTIONS = [
     "Summarize last week's incident report in five bullets", "Suggest names for the new billing service",
     "Explain the difference between a mutex and a semaphore", "Write a regex that matches ISO 8601 dates",
     "Draft the agenda for Thursday's design review", "How do I cap costs on DynamoDB on-demand tables?",
+    "What should go in a good pull request description?", "Turn these meeting notes into action items",
+    "How do I rotate an IAM access key safely?", "Explain eventual consistency to a product manager",
+    "Write a bash one-liner to find the largest files", "What is a reasonable on-call rotation for six people?",
+    "Review my README introduction for clarity", "How do I profile a slow Python function?",
+    "Draft a polite reply declining a meeting", "What are the trade-offs of a monorepo?",
 ]
 FOLLOW_UPS = ["Can you make it shorter?", "Show an example", "What are the risks?", "And in Python?",
               "Thanks, one more question", "Explain the second point"]

@@ -103,24 +103,25 @@ class ChatPage:
     # --- the open chat ------------------------------------------------------------------------------
     def header(self) -> None:
         session = self.view.session
-        title_col, rename_col, export_col = st.columns([7, 2, 2], vertical_alignment="center")
-        title_col.subheader(plain_label(session.title), anchor=False)
-        key = f"rename-title-{session.session_id}"
-        with rename_col.popover("Rename", icon=":material/edit:", width="stretch", key=RENAME_POPOVER,
-                                on_change="rerun"):
-            with st.form("rename", border=False):
-                st.text_input("Title", value=session.title, max_chars=120, key=key)
-                st.form_submit_button("Save", type="primary", on_click=self._rename, args=(key,))
-            if st.session_state.get("rename_error"):
-                st.error(st.session_state.pop("rename_error"), icon=":material/error:")
-        with export_col.popover("Export", icon=":material/download:", width="stretch"):
-            user_id = self.me.user_id
-            st.download_button("Markdown", on_click="ignore", file_name=f"{session.title[:40]}.md",
-                               mime="text/markdown", data=lambda: export.to_markdown(
-                                   session, self.store.all_messages(user_id, session.session_id)))
-            st.download_button("JSON", on_click="ignore", file_name=f"{session.title[:40]}.json",
-                               mime="application/json", data=lambda: export.to_json(
-                                   session, self.store.all_messages(user_id, session.session_id)))
+        # The title, then Rename and Export side by side under it, on a phone too (columns would stack them
+        # there as two full-width buttons).
+        st.subheader(plain_label(session.title), anchor=False)
+        with st.container(horizontal=True, vertical_alignment="center"):
+            key = f"rename-title-{session.session_id}"
+            with st.popover("Rename", icon=":material/edit:", key=RENAME_POPOVER, on_change="rerun"):
+                with st.form("rename", border=False):
+                    st.text_input("Title", value=session.title, max_chars=120, key=key)
+                    st.form_submit_button("Save", type="primary", on_click=self._rename, args=(key,))
+                if st.session_state.get("rename_error"):
+                    st.error(st.session_state.pop("rename_error"), icon=":material/error:")
+            with st.popover("Export", icon=":material/download:"):
+                user_id = self.me.user_id
+                st.download_button("Markdown", on_click="ignore", file_name=f"{session.title[:40]}.md",
+                                   mime="text/markdown", data=lambda: export.to_markdown(
+                                       session, self.store.all_messages(user_id, session.session_id)))
+                st.download_button("JSON", on_click="ignore", file_name=f"{session.title[:40]}.json",
+                                   mime="application/json", data=lambda: export.to_json(
+                                       session, self.store.all_messages(user_id, session.session_id)))
 
     def _rename(self, key: str) -> None:
         """Runs before the page: a saved rename closes the popover; a failed one keeps it open with the error."""
@@ -225,7 +226,9 @@ class ChatPage:
         first = self.view.session is None
         # A follow-up in the chat already at the top of the sidebar changes nothing drawn above it: its
         # footer is drawn in place instead of rerunning the page (a rerun re-sends every turn on screen).
-        on_top = not first and bool(self.view.sidebar) and self.view.sidebar[0].session_id == self.view.open_id
+        top = self.view.sidebar[0] if self.view.sidebar else None
+        on_top = (not first and top is not None and top.session_id == self.view.open_id
+                  and ui.day_group(top.last_message_time) == "Today")  # its sidebar heading stays the same
         if self.welcome is not None:
             self.welcome.empty()  # the suggestions make way for the conversation
         with ui.errors_shown():

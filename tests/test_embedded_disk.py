@@ -260,3 +260,25 @@ class TestTables:
         create_table(folder.client, other, wait=False)  # made again: empty, not the deleted table's items
         assert folder.client.scan(TableName=other)["Items"] == []
         folder.client.delete_table(TableName=other)
+
+
+class TestCancelledTransactions:
+    def test_a_cancelled_transaction_changes_nothing_and_keeps_its_partitions_loaded(self, folder):
+        from botocore.exceptions import ClientError as Refused
+
+        folder.put("USER#a", "SES#1", v=1)
+        folder.put("USER#a", "SES#2", v=1)
+        folder.restart()
+        assert folder.get("USER#a", "SES#1")["v"] == {"N": "1"}
+        partition = dict.get(folder.moto_table.items, next(iter(dict.keys(folder.moto_table.items))))
+        with pytest.raises(Refused, match="TransactionCanceled"):
+            folder.client.transact_write_items(TransactItems=[
+                {"Update": {"TableName": folder.table, "Key": to_item({"pk": "USER#a", "sk": "SES#1"}),
+                            "UpdateExpression": "SET v = :two", "ExpressionAttributeValues": to_item({":two": 2})}},
+                {"Put": {"TableName": folder.table, "Item": to_item({"pk": "USER#a", "sk": "SES#2"}),
+                         "ConditionExpression": "attribute_not_exists(pk)"}}])
+        assert next(iter(dict.values(folder.moto_table.items))) is partition  # undone in place, not reloaded
+        assert folder.get("USER#a", "SES#1")["v"] == {"N": "1"}
+        folder.restart()
+        assert {k: v["v"]["N"] for k, v in folder.everything().items()} == {("USER#a", "SES#1"): "1",
+                                                                            ("USER#a", "SES#2"): "1"}

@@ -150,8 +150,11 @@ class _SerializedApp:
             captured[:] = [status, headers]
             return lambda data: None
 
-        request = json.loads(body) if body and (operation in _WRITE_OPERATIONS or operation in _TABLE_CHANGES
-                                                or operation == "DeleteTable") else {}
+        try:
+            request = json.loads(body) if body and (operation in _WRITE_OPERATIONS or operation in _TABLE_CHANGES
+                                                    or operation == "DeleteTable") else {}
+        except ValueError:
+            request = {}  # moto refuses the same body
         owned_before = self._owned(region, request.get("TableName")) if operation == "DeleteTable" else False
         failure: DiskError | None = None
         if self._disk is not None:
@@ -186,9 +189,15 @@ class _SerializedApp:
 
     def _settle_write(self, operation: str, request: dict, region: str, ok: bool) -> None:
         """Commit the final images of what a successful write touched; undo in memory what a failed one touched."""
+        if not ok and operation == "TransactWriteItems" and self._disk is not None and self._disk.failed is None:
+            return  # a cancelled transaction put back its own before-images (moto_patches fix 1)
         backend = moto_backend(region)
         touched: dict[Disk, list[tuple[Any, Any, Any]]] = {}
-        for table_name, key, item in _touched_keys(operation, request):
+        try:
+            named = _touched_keys(operation, request)
+        except (KeyError, TypeError, AttributeError):
+            named = []  # a malformed request: moto refused it
+        for table_name, key, item in named:
             table = backend.tables.get(table_name)
             disk = getattr(table, "chat_disk", None)
             if disk is None:

@@ -1,0 +1,417 @@
+"""Page latency in Chromium as the local database grows, and as one chat grows (issue 15's benchmark).
+
+    python bench/page_latency.py            # 1,000 / 10,000 / 100,000 items; turns 50 / 200 / 500
+    python bench/page_latency.py --quick    # 1,000 / 10,000 items; turns 50 / 200 (under ~5 minutes)
+
+For each size a data folder is filled through `python -m lib.admin import-table` (the supported bulk path):
+ten users (the dev user among them, so a tenth of the chats are the measured user's) with chats of 10 turns,
+cloned from template chats the real store wrote on an in-memory server (real demo-model answers). Then, per
+size, `streamlit run app.py` on that folder (demo model, no delay; Streamlit's defaults, so its
+`gc.collect(2)` after every script run is in), and the other users' traffic since start-up is simulated:
+one Query per partition, straight to the app's embedded server, so its memory holds what a busy server
+would. Three runs, sizes interleaved, each in a fresh browser session: open a chat from the sidebar, send a
+follow-up, New chat. Then one chat of 500 turns (the smallest folder), sent one by one in one browser
+session; the send latency at turn N is the median of turns N-4..N.
+A latency runs from the click or Enter to the page settled: the expected content drawn and no script
+running for QUIET_S (Streamlit's session_status_changed messages on the page's websocket), ending at the
+later of the two. Every wait has a deadline; servers are stopped whatever happens.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.common import print_table  # noqa: E402
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync"]
+DEV_USER = "dev@localhost"
+USERS = 10  # the dev user and nine colleagues; chats are dealt round-robin
+TURNS_PER_CHAT = 10
+TEMPLATES = 4  # distinct template chats (questions, answers, titles)
+TEMPLATE_USER = "template-user-7f3c@bench.invalid"
+QUESTIONS = ["How should I design a DynamoDB table for chat history?",
+             "Draft an email to the team about Friday's release", "Explain this Python error: KeyError: 'user_id'",
+             "Give me three options for the project name"]
+FOLLOW_UPS = ["Can you make it shorter?", "Show an example", "What are the risks?", "And in Python?",
+              "Explain the second point"]
+RUNS = 3
+QUIET_S = 0.2  # no script run for this long after the last one ended: the page has settled
+STEP_TIMEOUT_S = 60  # any single wait
+SEND_WINDOW = 5  # the send latency at turn N is the median of turns N-4..N
+BUDGET_S = {"quick": 15 * 60, "full": 60 * 60}  # the whole run stops with an error past this
+_deadline = [float("inf")]
+
+
+# --- the data ------------------------------------------------------------------------------------
+
+def template_chats() -> tuple[list[tuple[str, list[dict]]], list[dict]]:
+    """Chats the real store writes (on an in-memory server): [(session_id, items)], and the user's other items."""
+    import datetime as dt
+
+    from bench.common import fresh_store
+    from lib.storage import keys
+    from lib.turn.models import demo_answer
+
+    store, _, client = fresh_store()
+    moment = [dt.datetime(2026, 10, 1, 9, tzinfo=dt.timezone.utc)]
+    sessions = []
+    with keys.clock(lambda: moment[0]):
+        for t in range(TEMPLATES):
+            session = None
+            for turn in range(TURNS_PER_CHAT):
+                question = QUESTIONS[t] if turn == 0 else f"{FOLLOW_UPS[(t + turn) % len(FOLLOW_UPS)]} ({turn})"
+                moment[0] += dt.timedelta(minutes=3)
+                if session is None:
+                    session, message = store.create_session(TEMPLATE_USER, question, system_prompt_id="default-v1")
+                else:
+                    session, message = store.send_message(TEMPLATE_USER, session, question,
+                                                          system_prompt_id="default-v1")
+                moment[0] += dt.timedelta(seconds=20)
+                answer = demo_answer(question, turns=turn + 1)
+                store.finish_message(TEMPLATE_USER, message, output_body=answer, input_token=40 * (turn + 1),
+                                     output_token=len(answer) // 4, response_start_time=message.create_time,
+                                     response_end_time=keys.now())
+            sessions.append(session.session_id)
+            moment[0] += dt.timedelta(days=1)
+    items = [i for page in client.get_paginator("scan").paginate(TableName=store._table) for i in page["Items"]]
+    chats = [(sid, [i for i in items if sid in json.dumps(i)]) for sid in sessions]
+    per_user = [i for i in items if not any(sid in json.dumps(i) for sid in sessions)]
+    return chats, per_user
+
+
+def write_export(path: Path, target: int, chats: list[tuple[str, list[dict]]], per_user: list[dict]) -> dict:
+    """About `target` items as DynamoDB JSON lines: USERS users' own items, then cloned chats dealt round-robin."""
+    from lib.storage import keys
+
+    users = [DEV_USER] + [f"colleague-{n:02d}@example.com" for n in range(1, USERS)]
+    per_chat = len(chats[0][1])
+    count, partitions, chat_count = 0, set(), 0
+    with path.open("w", encoding="utf-8") as out:
+        def put(text: str) -> None:
+            nonlocal count
+            item = json.loads(text)
+            partitions.add(item["pk"]["S"])
+            out.write(json.dumps({"Item": item}, ensure_ascii=False) + "\n")
+            count += 1
+
+        for user in users:
+            for item in per_user:
+                put(json.dumps(item).replace(TEMPLATE_USER, user))
+        while count + per_chat <= target:
+            user = users[chat_count % USERS]
+            template_id, items = chats[chat_count % len(chats)]
+            new_id = keys.new_id()
+            for item in items:
+                put(json.dumps(item).replace(TEMPLATE_USER, user).replace(template_id, new_id))
+            chat_count += 1
+    return {"items": count, "chats": chat_count, "partitions": sorted(partitions)}
+
+
+def fill(folder: Path, target: int, chats, per_user) -> dict:
+    """A data folder with about `target` items, imported the supported way (lib.admin import-table)."""
+    export = folder.parent / f"{folder.name}.jsonl"
+    layout = write_export(export, target, chats, per_user)
+    started = time.perf_counter()
+    run = subprocess.run([sys.executable, "-m", "lib.admin", "import-table", str(export)], cwd=ROOT,
+                         env=app_env(folder), capture_output=True, text=True, timeout=1800)
+    if run.returncode:
+        raise SystemExit(f"import-table into {folder} failed:\n{run.stdout}{run.stderr}")
+    layout["import_s"] = time.perf_counter() - started
+    export.unlink()
+    return layout
+
+
+# --- the app and its embedded server -------------------------------------------------------------
+
+def app_env(folder: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CHAT_", "ANTHROPIC_", "AWS_"))}
+    env.update(CHAT_BACKEND="local", CHAT_DATA_DIR=str(folder), CHAT_IDENTITY="dev", CHAT_DEV_USER=DEV_USER,
+               CHAT_MODEL_PROVIDER="demo", CHAT_DEMO_DELAY="0")
+    return env
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def serve(folder: Path, log_path: Path) -> Iterator[tuple[str, subprocess.Popen]]:
+    """`streamlit run app.py` on `folder`; yields its URL and process; stops it whatever happens."""
+    port = free_port()
+    with log_path.open("w") as log:
+        process = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port),
+                                    "--server.address", "127.0.0.1", "--server.headless", "true",
+                                    "--server.fileWatcherType", "none", "--browser.gatherUsageStats", "false"],
+                                   cwd=ROOT, env=app_env(folder), stdout=log, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + STEP_TIMEOUT_S
+            while True:
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                    break
+                except OSError:
+                    if process.poll() is not None or time.monotonic() > deadline:
+                        raise SystemExit(f"streamlit did not start:\n{log_path.read_text()[-2000:]}")
+                    time.sleep(0.3)
+            yield f"http://127.0.0.1:{port}", process
+        finally:
+            process.terminate()
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=10)
+
+
+def listening_ports(pid: int) -> set[int]:
+    """TCP ports process `pid` listens on (from /proc: its sockets' inodes in /proc/net/tcp)."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(OSError):
+            target = os.readlink(fd)
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+    ports = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError):
+            for line in Path(table).read_text().splitlines()[1:]:
+                fields = line.split()
+                if fields[3] == "0A" and fields[9] in inodes:  # 0A: LISTEN
+                    ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
+def warm(process: subprocess.Popen, app_port: int, partitions: list[str]) -> float:
+    """Touch every partition once through the app's own embedded server (the other users' traffic)."""
+    import boto3
+
+    from lib.storage.database import RETRIES
+
+    ports = listening_ports(process.pid) - {app_port}
+    if len(ports) != 1:
+        raise SystemExit(f"expected one embedded DynamoDB port in the app's process, found {sorted(ports)}")
+    client = boto3.session.Session().client("dynamodb", region_name="us-east-1", config=RETRIES,
+                                            endpoint_url=f"http://127.0.0.1:{ports.pop()}",
+                                            aws_access_key_id="local", aws_secret_access_key="local")
+    started = time.perf_counter()
+    for pk in partitions:
+        client.query(TableName="chat", KeyConditionExpression="pk = :pk", Limit=1,
+                     ExpressionAttributeValues={":pk": {"S": pk}})
+    return time.perf_counter() - started
+
+
+# --- the browser ---------------------------------------------------------------------------------
+
+class Settled:
+    """Watches the page's Streamlit websocket: whether a script is running, and when the last run ended."""
+
+    def __init__(self, page: Any):
+        from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
+
+        self._parse = ForwardMsg.FromString
+        self.page = page
+        self.running = False
+        self.started_runs = 0
+        self.changed_at = time.perf_counter()
+        page.on("websocket", lambda ws: ws.on("framereceived", self._frame))
+
+    def _frame(self, payload: Any) -> None:
+        if not isinstance(payload, (bytes, bytearray)):
+            return
+        with contextlib.suppress(Exception):  # not every frame is a ForwardMsg; those are not status changes
+            message = self._parse(bytes(payload))
+            if message.WhichOneof("type") == "session_status_changed":
+                running = message.session_status_changed.script_is_running
+                if running and not self.running:
+                    self.started_runs += 1
+                self.running = running
+                self.changed_at = time.perf_counter()
+
+    def idle(self, what: str) -> None:
+        """Wait until no script has run for QUIET_S."""
+        deadline = time.perf_counter() + STEP_TIMEOUT_S
+        while self.running or time.perf_counter() - self.changed_at < QUIET_S:
+            if time.perf_counter() > deadline:
+                raise SystemExit(f"{what}: a script was still running after {STEP_TIMEOUT_S} s")
+            self.page.wait_for_timeout(15)
+
+    def measure(self, action: Callable[[], None], drawn: Callable[[], bool], what: str) -> float:
+        """Seconds from `action` to the page settled with `drawn()` true."""
+        runs_before = self.started_runs
+        started = time.perf_counter()
+        action()
+        deadline = min(started + STEP_TIMEOUT_S, _deadline[0])
+        drawn_at = None
+        while True:
+            now = time.perf_counter()
+            if drawn_at is None and self.started_runs > runs_before and drawn():
+                drawn_at = now
+            if drawn_at is not None and not self.running and now - self.changed_at >= QUIET_S:
+                return max(drawn_at, self.changed_at) - started
+            if now > deadline:
+                raise SystemExit(f"{what}: the page did not settle within the step's {STEP_TIMEOUT_S} s or the "
+                                 f"run's budget (drawn: {drawn_at is not None}, running: {self.running})")
+            self.page.wait_for_timeout(15)  # lets Playwright deliver the websocket events
+
+
+def chat_input(page: Any) -> Any:
+    return page.locator("[data-testid='stChatInput'] textarea")
+
+
+def count(page: Any, selector: str, text: str = "") -> int:
+    return page.evaluate("([s, t]) => Array.from(document.querySelectorAll(s))"
+                         ".filter(e => e.textContent.includes(t)).length", [selector, text])
+
+
+ANSWERED = ("[data-testid='stCaptionContainer']", "out tokens")  # the footer of a finished answer
+
+
+def send(page: Any, settled: Settled, question: str) -> float:
+    box = chat_input(page)
+    box.fill(question)
+    return settled.measure(lambda: box.press("Enter"),
+                           lambda: count(page, "[data-testid='stChatMessage']", f"You asked: {question}") > 0,
+                           f"send {question!r}")
+
+
+def interactions(browser: Any, url: str, run: int) -> dict[str, float]:
+    """One fresh browser session: open the run's chat from the sidebar, send a follow-up, New chat."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    try:
+        page = context.new_page()
+        settled = Settled(page)
+        page.goto(url, timeout=STEP_TIMEOUT_S * 1000)
+        rows = page.locator("[data-testid='stSidebar'] [class*='st-key-open-']")  # one per chat, newest first
+        rows.first.wait_for(timeout=STEP_TIMEOUT_S * 1000)
+        chat_input(page).wait_for(timeout=STEP_TIMEOUT_S * 1000)
+        settled.idle("the first page load")
+        out: dict[str, float] = {}
+        row = rows.nth(run).locator("button:visible").first  # a row holds a second, hidden button
+        out["open a chat (10 turns)"] = settled.measure(
+            row.click, lambda: count(page, *ANSWERED) == TURNS_PER_CHAT, "open a chat")
+        out["send a follow-up"] = send(page, settled, f"One more thing, run {run}: what are the risks?")
+        new_chat = page.locator("[data-testid='stSidebar']").get_by_role("button", name="New chat")
+        out["New chat"] = settled.measure(
+            new_chat.click, lambda: count(page, "h1", "What can I help with?") > 0, "New chat")
+        return out
+    finally:
+        context.close()
+
+
+def long_chat(browser: Any, url: str, checkpoints: tuple[int, ...]) -> dict[int, float]:
+    """One chat sent turn by turn in one browser session; the median send latency of turns N-4..N."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    try:
+        page = context.new_page()
+        settled = Settled(page)
+        page.goto(url, timeout=STEP_TIMEOUT_S * 1000)
+        chat_input(page).wait_for(timeout=STEP_TIMEOUT_S * 1000)
+        new_chat = page.locator("[data-testid='stSidebar']").get_by_role("button", name="New chat")
+        settled.measure(new_chat.click, lambda: count(page, "h1", "What can I help with?") > 0, "New chat")
+        latencies = []
+        for turn in range(1, max(checkpoints) + 1):
+            latencies.append(send(page, settled, f"Question {turn} of a long chat: show an example"))
+        return {n: statistics.median(latencies[n - SEND_WINDOW:n]) for n in checkpoints}
+    finally:
+        context.close()
+
+
+# --- the run -------------------------------------------------------------------------------------
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="1,000 and 10,000 items; turns 50 and 200")
+    parser.add_argument("--keep", metavar="DIR", help="keep the data folders and app logs in DIR")
+    parser.add_argument("--sizes", help="comma-separated item counts instead (a smoke run)")
+    parser.add_argument("--turns", help="comma-separated long-chat checkpoints instead (each at least 5)")
+    args = parser.parse_args()
+    if CHROMIUM is None:
+        raise SystemExit("Debian's chromium is needed (apt-get install chromium)")
+    sizes = (1_000, 10_000) if args.quick else (1_000, 10_000, 100_000)
+    checkpoints = (50, 200) if args.quick else (50, 200, 500)
+    sizes = tuple(int(n) for n in args.sizes.split(",")) if args.sizes else sizes
+    checkpoints = tuple(int(n) for n in args.turns.split(",")) if args.turns else checkpoints
+    if min(checkpoints) < SEND_WINDOW:
+        raise SystemExit(f"--turns: each checkpoint must be at least {SEND_WINDOW}")
+    work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="page-latency-"))
+    work.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    _deadline[0] = started + BUDGET_S["quick" if args.quick else "full"]
+    try:
+        chats, per_user = template_chats()
+        layouts = {}
+        for size in sizes:
+            layouts[size] = fill(work / f"data-{size}", size, chats, per_user)
+            print(f"{layouts[size]['items']:,} items ({layouts[size]['chats']:,} chats of {TURNS_PER_CHAT} turns, "
+                  f"{len(layouts[size]['partitions']):,} partitions): imported in {layouts[size]['import_s']:.1f} s",
+                  flush=True)
+        results: dict[int, dict[str, list[float]]] = {size: {} for size in sizes}
+        from playwright.sync_api import sync_playwright
+
+        with contextlib.ExitStack() as stack, sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            urls, cold = {}, {}
+            for size in sizes:
+                launched = time.perf_counter()
+                url, process = stack.enter_context(serve(work / f"data-{size}", work / f"streamlit-{size}.log"))
+                page = browser.new_page()  # the first page load starts the app's embedded server
+                page.goto(url, timeout=STEP_TIMEOUT_S * 1000)
+                page.locator("[data-testid='stSidebar'] [class*='st-key-open-']").first.wait_for(
+                    timeout=STEP_TIMEOUT_S * 1000)
+                cold[size] = time.perf_counter() - launched
+                page.close()
+                took = warm(process, int(url.rsplit(":", 1)[1]), layouts[size]["partitions"])
+                print(f"{size:,} items: from `streamlit run` to the first page with its sidebar {cold[size]:.1f} s; "
+                      f"every partition touched once in {took:.1f} s", flush=True)
+                urls[size] = url
+            for run in range(RUNS):
+                for size in sizes:
+                    for name, seconds in interactions(browser, urls[size], run).items():
+                        results[size].setdefault(name, []).append(seconds)
+                print(f"run {run + 1} of {RUNS} done", flush=True)
+            sends = long_chat(browser, urls[sizes[0]], checkpoints)
+            browser.close()
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+
+    names = list(results[sizes[0]])
+    print(f"\nmedian of {RUNS} runs (sizes interleaved), ms; {time.perf_counter() - started:.0f} s in all\n")
+    rows = []
+    for name in names:
+        medians = {size: statistics.median(results[size][name]) * 1000 for size in sizes}
+        rows.append([name, *[medians[s] for s in sizes], f"{medians[sizes[-1]] / medians[sizes[0]]:.2f}",
+                     " / ".join(f"{min(results[s][name]) * 1000:.0f}-{max(results[s][name]) * 1000:.0f}"
+                                for s in sizes)])
+    rows.append(["cold start (`streamlit run` to the first page with its sidebar; once)",
+                 *[cold[s] * 1000 for s in sizes], f"{cold[sizes[-1]] / cold[sizes[0]]:.2f}", ""])
+    print_table(["interaction", *[f"{s:,} items" for s in sizes], f"ratio {sizes[-1]:,} / {sizes[0]:,}",
+                 "range per size"], rows)
+    print(f"\none chat sent turn by turn ({sizes[0]:,}-item folder), "
+          f"send latency (median of {SEND_WINDOW} turns), ms\n")
+    first, last = checkpoints[0], checkpoints[-1]
+    rows = [[f"turn {n}", sends[n] * 1000] for n in checkpoints]
+    rows.append([f"ratio turn {last} / turn {first}", sends[last] / sends[first]])
+    print_table(["send", "ms"], rows)
+
+
+if __name__ == "__main__":
+    main()

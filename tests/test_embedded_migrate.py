@@ -107,3 +107,55 @@ class TestStrict:
         (old_folder / "snapshot.jsonl").unlink()
         with pytest.raises(StoreUnavailable, match="snapshot.jsonl is missing, but .*journal.jsonl is not empty"):
             titles(old_folder)
+
+
+OLD_WRITER = """
+import sys
+sys.path.insert(0, sys.argv[1])
+from old_embedded.server import LocalDynamo
+from lib.storage.database import local_client
+from lib.storage.schema import create_table
+from lib.storage.store import ChatStore
+server = LocalDynamo(sys.argv[2]).start()
+client = local_client(server)
+create_table(client, "chat")
+server.restore(lambda name: None)
+store = ChatStore(client, "chat", cursor_secret="x")
+for i in range(4):
+    session, message = store.create_session("u-1", f"question {i} é👋", system_prompt_id="p")
+    store.finish_message("u-1", message, output_body="answer", input_token=1, output_token=1,
+                         response_start_time=message.create_time, response_end_time=message.create_time)
+store.rename_session("u-1", store.get_session("u-1", session.session_id), "renamed")
+server.stop()
+"""
+
+
+class TestFromTheRealJournal:
+    def test_a_folder_written_by_the_journal_implementation_opens_with_every_chat(self, tmp_path):
+        """The journal code itself, from git history (commit 937fb9b), writes the folder."""
+        import subprocess
+        import sys
+
+        root = Path(__file__).resolve().parents[1]
+        package = tmp_path / "old" / "old_embedded"
+        package.mkdir(parents=True)
+        (package / "__init__.py").write_text("")
+        for name in ("server.py", "moto_patches.py"):
+            shown = subprocess.run(["git", "show", f"937fb9b:lib/embedded/{name}"], cwd=root, capture_output=True,
+                                   text=True)
+            if shown.returncode != 0:
+                pytest.skip("commit 937fb9b is not in this clone's history")
+            (package / name).write_text(shown.stdout.replace("from lib.embedded import moto_patches",
+                                                             "from old_embedded import moto_patches"))
+        folder = tmp_path / "data"
+        subprocess.run([sys.executable, "-c", OLD_WRITER, str(tmp_path / "old"), str(folder)], cwd=root, check=True,
+                       capture_output=True, timeout=120)
+        database = open_database(Settings.load(env={"CHAT_DATA_DIR": str(folder)}, secrets={}))
+        try:
+            store = database.store()
+            assert [s.title for s in store.list_sessions("u-1").items] == [
+                "renamed", "question 2 é👋", "question 1 é👋", "question 0 é👋"]
+            assert [(m.input_body, m.output_body) for m in store.all_messages(
+                "u-1", store.list_sessions("u-1").items[0].session_id)] == [("question 3 é👋", "answer")]
+        finally:
+            stop_local_server(str(folder))

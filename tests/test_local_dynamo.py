@@ -110,7 +110,7 @@ class TestPersistence:
         first = json.loads(self.run(READ.format(folder=folder, session_id=session_id)))
         assert first == [["survives a restart?", "yes", "done"], ["and a pending one", "", "pending"],
                          ["survives a restart?"]]
-        # and again after the compaction the second start did
+        # and again after a second start
         assert json.loads(self.run(READ.format(folder=folder, session_id=session_id))) == first
 
 

@@ -227,14 +227,17 @@ class Disk:
                             f"another process may be using {self.folder}/: stop every app and admin command on that "
                             "folder, then start the app again (this write was not saved).")
 
-    def transaction(self, statements: list[tuple[str, tuple]]) -> None:
+    def transaction(self, statements: list[tuple[str, tuple | list[tuple]]]) -> None:
         """Run the statements in one SQLite transaction: all durable on return, or none (DiskError)."""
         self.check_owner()
         try:
             self._db.execute("BEGIN IMMEDIATE")
             try:
                 for sql, params in statements:
-                    self._db.execute(sql, params)
+                    if isinstance(params, list):  # many rows of one statement
+                        self._db.executemany(sql, params)
+                    else:
+                        self._db.execute(sql, params)
                 self._db.execute("COMMIT")
             except BaseException:
                 if self._db.in_transaction:
@@ -254,10 +257,10 @@ class Disk:
     def commit(self, writes: list[tuple[str, str, str, str | None]]) -> None:
         """(table, pk, sk, JSON image or None to delete) of one request, in one transaction."""
         self.unsynced = True
+        # A request names each key once (DynamoDB refuses duplicates), so puts and deletes can go in two batches.
         self.transaction([
-            ("INSERT OR REPLACE INTO items VALUES (?, ?, ?, ?)", (t, pk, sk, image)) if image is not None
-            else ("DELETE FROM items WHERE tbl = ? AND pk = ? AND sk = ?", (t, pk, sk))
-            for t, pk, sk, image in writes])
+            ("INSERT OR REPLACE INTO items VALUES (?, ?, ?, ?)", [w for w in writes if w[3] is not None]),
+            ("DELETE FROM items WHERE tbl = ? AND pk = ? AND sk = ?", [w[:3] for w in writes if w[3] is None])])
 
     def record_table_request(self, table: str, operation: str, request: dict) -> None:
         statements = [("INSERT INTO table_requests (tbl, operation, request) VALUES (?, ?, ?)",
@@ -278,8 +281,8 @@ class Disk:
         for name, request in tables.items():
             statements.append(("INSERT INTO table_requests (tbl, operation, request) VALUES (?, 'CreateTable', ?)",
                                (name, json.dumps(request))))
-        statements += [("INSERT OR REPLACE INTO items VALUES (?, ?, ?, ?)", row) for row in items]
-        statements += [("INSERT OR REPLACE INTO meta VALUES (?, ?)", pair) for pair in meta.items()]
+        statements.append(("INSERT OR REPLACE INTO items VALUES (?, ?, ?, ?)", list(items)))
+        statements.append(("INSERT OR REPLACE INTO meta VALUES (?, ?)", list(meta.items())))
         self.transaction(statements)
 
     def close(self) -> None:

@@ -117,7 +117,7 @@ class Disk:
         except OSError as exc:
             raise StoreUnavailable(f"The local database folder {folder}/ cannot be created ({exc.strerror}): "
                                    "create it yourself, or set CHAT_DATA_DIR to a folder you can write.") from exc
-        lock_file = cls._lock(folder)
+        lock_file = cls.lock_folder(folder)
         try:
             connection = cls._connect(folder)
         except BaseException:
@@ -126,7 +126,8 @@ class Disk:
         return cls(folder, connection, lock_file)
 
     @staticmethod
-    def _lock(folder: Path) -> Any:
+    def lock_folder(folder: Path) -> Any:
+        """The folder's lock file, flocked exclusively (close it to release); StoreUnavailable if another has it."""
         try:
             lock_file = (folder / LOCK_NAME).open("a+")
         except IsADirectoryError as exc:

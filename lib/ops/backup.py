@@ -96,7 +96,7 @@ def restore(settings: Settings, backup_file: str | os.PathLike, force: bool = Fa
         raise CommandError(f"{backup_file} is not a file.")
     summary = _check_backup(backup_file)
     folder.mkdir(parents=True, exist_ok=True)
-    lock = Disk._lock(folder)  # refuses while the app (or another command) has the folder
+    lock = Disk.lock_folder(folder)  # refuses while the app (or another command) has the folder
     try:
         target = folder / FILE_NAME
         kept = ""

@@ -50,6 +50,8 @@ CREATE TABLE IF NOT EXISTS table_requests (
 CREATE TABLE IF NOT EXISTS items (
     tbl TEXT NOT NULL, pk TEXT NOT NULL, sk TEXT NOT NULL, item TEXT NOT NULL,
     PRIMARY KEY (tbl, pk, sk)) WITHOUT ROWID;
+-- Keys only: DescribeTable's ItemCount counts 100,000 items in 10 ms here, not 200-500 ms through the rows.
+CREATE INDEX IF NOT EXISTS items_by_table ON items (tbl);
 """
 
 
@@ -205,7 +207,7 @@ class Disk:
                           "LIMIT ?", (table, *after, limit))
 
     def count(self, table: str) -> int:
-        return self._read("SELECT count(*) FROM items WHERE tbl = ?", (table,))[0][0]
+        return self._read("SELECT count(*) FROM items INDEXED BY items_by_table WHERE tbl = ?", (table,))[0][0]
 
     def has_items(self) -> bool:
         return bool(self._read("SELECT 1 FROM items LIMIT 1"))

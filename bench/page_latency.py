@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.common import print_table  # noqa: E402
-from bench.page_app import STEP_TIMEOUT_S, TURNS_PER_CHAT, fill, serve, template_chats, warm  # noqa: E402
+from bench.page_app import STEP_TIMEOUT_S, TURNS_PER_CHAT, USERS, fill, serve, template_chats, warm  # noqa: E402
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
@@ -166,6 +166,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="1,000 and 10,000 items; turns 50 and 200")
     parser.add_argument("--keep", metavar="DIR", help="keep the data folders and app logs in DIR")
+    parser.add_argument("--runs", type=int, default=RUNS, help=f"runs of the interactions (default {RUNS})")
     parser.add_argument("--sizes", help="comma-separated item counts instead (a smoke run)")
     parser.add_argument("--turns", help="comma-separated long-chat checkpoints instead (each at least 5)")
     args = parser.parse_args()
@@ -175,6 +176,8 @@ def main() -> None:
     checkpoints = (50, 200) if args.quick else (50, 200, 500)
     sizes = tuple(int(n) for n in args.sizes.split(",")) if args.sizes else sizes
     checkpoints = tuple(int(n) for n in args.turns.split(",")) if args.turns else checkpoints
+    if not 1 <= args.runs <= 8:
+        raise SystemExit("--runs: 1 to 8 (each run opens a different chat among the dev user's 9 newest)")
     if min(checkpoints) < SEND_WINDOW:
         raise SystemExit(f"--turns: each checkpoint must be at least {SEND_WINDOW}")
     work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="page-latency-"))
@@ -189,6 +192,8 @@ def main() -> None:
             print(f"{layouts[size]['items']:,} items ({layouts[size]['chats']:,} chats of {TURNS_PER_CHAT} turns, "
                   f"{len(layouts[size]['partitions']):,} partitions): imported in {layouts[size]['import_s']:.1f} s",
                   flush=True)
+            if -(-layouts[size]["chats"] // USERS) < args.runs:  # the dev user gets every USERS-th chat
+                raise SystemExit(f"{size:,} items give the dev user fewer chats than --runs {args.runs}")
         results: dict[int, dict[str, list[float]]] = {size: {} for size in sizes}
         from playwright.sync_api import sync_playwright
 
@@ -208,11 +213,11 @@ def main() -> None:
                 print(f"{size:,} items: from `streamlit run` to the first page with its sidebar {cold[size]:.1f} s; "
                       f"every partition touched once in {took:.1f} s", flush=True)
                 urls[size] = url
-            for run in range(RUNS):
+            for run in range(args.runs):
                 for size in sizes:
                     for name, seconds in interactions(browser, urls[size], run).items():
                         results[size].setdefault(name, []).append(seconds)
-                print(f"run {run + 1} of {RUNS} done", flush=True)
+                print(f"run {run + 1} of {args.runs} done", flush=True)
             sends = long_chat(browser, urls[sizes[0]], checkpoints)
             browser.close()
     finally:
@@ -220,7 +225,7 @@ def main() -> None:
             shutil.rmtree(work, ignore_errors=True)
 
     names = list(results[sizes[0]])
-    print(f"\nmedian of {RUNS} runs (sizes interleaved), ms; {time.perf_counter() - started:.0f} s in all\n")
+    print(f"\nmedian of {args.runs} runs (sizes interleaved), ms; {time.perf_counter() - started:.0f} s in all\n")
     rows = []
     for name in names:
         medians = {size: statistics.median(results[size][name]) * 1000 for size in sizes}

@@ -7,7 +7,7 @@ import pytest
 
 from tests.fake_anthropic import Behaviour, FakeAnthropic
 from tests.long_answers import chunks_of, long_answer
-from tests.test_browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, app_url, ask, serve_app  # noqa: F401 (a fixture)
+from tests.test_browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, ask, serve_app
 
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (.ci/run installs it)")
 
@@ -19,6 +19,13 @@ def fake_model():
     fake = FakeAnthropic()
     yield fake
     fake.close()
+
+
+@pytest.fixture
+def app_url(tmp_path):
+    """The app with the demo model."""
+    with serve_app(tmp_path) as url:
+        yield url
 
 
 @pytest.fixture

@@ -96,6 +96,16 @@ class TestPolish:
         button(at, "Show less").click().run()
         assert "line 59" not in shown_text(at.chat_message[0])
 
+    def test_an_answer_stopped_inside_a_code_fence_shows_its_code_as_code(self, fake_model):
+        from tests.fake_anthropic import Behaviour
+
+        fake_model.enqueue(Behaviour("drop", chunks=["Run this:\n\n```bash\n", "ls -l\n", "echo **not bold**\n"]))
+        at = send(new_browser(), "show me")
+        answer = at.chat_message[1]
+        assert [m.value for m in answer.markdown if not m.is_caption] == ["Run this:"]
+        assert [(c.value, c.language) for c in answer.code] == [("ls -l\necho **not bold**", "bash")]
+        assert "connection to the model dropped" in at.warning[0].value
+
     def test_a_retried_answer_is_timed_from_the_retry(self):
         m = Message("m", "s", "2026-11-06T08:00:00.000Z", "q", "default-v1", status="done",
                     response_end_time="2026-11-06T09:00:02.500Z", attempt_time="2026-11-06T09:00:00.000Z")

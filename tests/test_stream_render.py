@@ -4,7 +4,6 @@ import random
 import pytest
 
 from lib.turn.models import demo_answer
-from lib.web import markdown_blocks as mb
 from lib.web.markdown_blocks import CODE, MARKDOWN, PLAIN, Block, split
 from lib.web.render import WORD_JOINER, plain_label, safe_markdown
 from lib.web.stream_render import BlockRenderer, render_markdown, stream_markdown

@@ -5,6 +5,8 @@ turn in lib.turn.flow; this module only draws and routes clicks.
 """
 from __future__ import annotations
 
+import time
+
 import streamlit as st
 
 from lib.errors import ChatError, ModelError
@@ -21,6 +23,8 @@ SUGGESTIONS = ["How should I design a DynamoDB table for chat history?",
                "Draft a short email asking my team for a decision by Friday",
                "Explain this Python error: KeyError: 'user_id'"]
 RENAME_POPOVER = "rename-popover"
+STREAMING = "streaming_message"  # the turn this browser session's run is streaming, until it is saved
+STOPPING_WAIT_S = 5.0
 
 
 class ChatPage:
@@ -180,6 +184,10 @@ class ChatPage:
                     self.stream(turn)
                     st.rerun()
             return
+        if self._wait_for_stopping_run(m):
+            with ui.errors_shown():
+                self.view.navigate(self.store, self.view.open_id)  # 1 Query: the turn as that run saved it
+                st.rerun()
         st.info("The answer is still being written (in another tab or window).", icon=":material/hourglass_top:")
         if st.button("Refresh", key=f"refresh-{m.message_id}"):
             with ui.errors_shown():
@@ -208,6 +216,7 @@ class ChatPage:
     # --- a turn, streamed ---------------------------------------------------------------------------
     def stream(self, turn: Turn) -> None:
         """Stream the answer block by block, then save it once, whatever ended the stream (lib.turn.turns)."""
+        st.session_state[STREAMING] = turn.message.message_id
         try:
             stream_markdown(st.container(), turn)
         except ModelError:
@@ -218,7 +227,26 @@ class ChatPage:
                 self.view.saved(saved)
             else:
                 st.session_state["unsaved"] = turn
+            if st.session_state.get(STREAMING) == turn.message.message_id:
+                del st.session_state[STREAMING]
         self.notes.add(turn.message.message_id, context_note(turn))
+
+    @staticmethod
+    def _wait_for_stopping_run(m: Message) -> bool:
+        """True once this browser's previous run, interrupted mid-stream, has saved `m`.
+
+        A click during a stream starts the next run at once, while the interrupted one is still stopping
+        (it notices at its next Streamlit call, then saves the partial answer): a pending turn that this
+        browser session is streaming is worth a short wait, not a 'still being written' notice.
+        """
+        if st.session_state.get(STREAMING) != m.message_id:
+            return False  # another tab or device is answering it, or a crashed process left it
+        deadline = time.monotonic() + STOPPING_WAIT_S
+        while st.session_state.get(STREAMING) == m.message_id:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.05)
+        return True
 
     def ask(self, question: str) -> None:
         if not question.strip():

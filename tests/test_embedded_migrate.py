@@ -118,7 +118,7 @@ from lib.storage.schema import create_table
 from lib.storage.store import ChatStore
 server = LocalDynamo(sys.argv[2]).start()
 client = local_client(server)
-create_table(client, "chat")
+create_table(client, "chat", vector_dimensions=None)  # the journal era had no vector index
 server.restore(lambda name: None)
 store = ChatStore(client, "chat", cursor_secret="x")
 for i in range(4):

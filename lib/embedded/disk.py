@@ -257,13 +257,15 @@ class Disk:
             raise DiskError(explain(exc, self.folder)) from exc
         self.unsynced = False
 
-    def commit(self, writes: list[tuple[str, str, str, str | None]]) -> None:
-        """(table, pk, sk, JSON image or None to delete) of one request, in one transaction."""
+    def commit(self, writes: list[tuple[str, str, str, str | None]], extra: list[tuple[str, tuple]] = ()) -> None:
+        """(table, pk, sk, JSON image or None to delete) of one request, in one transaction, with `extra`
+        statements (the vector index entries of those images: lib/embedded/vectors.py)."""
         self.unsynced = True
         # A request names each key once (DynamoDB refuses duplicates), so puts and deletes can go in two batches.
         self.transaction([
             ("INSERT OR REPLACE INTO items VALUES (?, ?, ?, ?)", [w for w in writes if w[3] is not None]),
-            ("DELETE FROM items WHERE tbl = ? AND pk = ? AND sk = ?", [w[:3] for w in writes if w[3] is None])])
+            ("DELETE FROM items WHERE tbl = ? AND pk = ? AND sk = ?", [w[:3] for w in writes if w[3] is None]),
+            *extra])
 
     def record_table_request(self, table: str, operation: str, request: dict) -> None:
         statements = [("INSERT INTO table_requests (tbl, operation, request) VALUES (?, ?, ?)",

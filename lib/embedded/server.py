@@ -29,7 +29,7 @@ from typing import Any, Callable, Iterable
 from werkzeug.serving import WSGIRequestHandler, make_server
 
 from lib import logs
-from lib.embedded import moto_patches
+from lib.embedded import moto_patches, vectors
 from lib.embedded.disk import Disk, DiskError, key_text
 from lib.errors import StoreUnavailable
 
@@ -152,9 +152,23 @@ class _SerializedApp:
 
         try:
             request = json.loads(body) if body and (operation in _WRITE_OPERATIONS or operation in _TABLE_CHANGES
-                                                    or operation == "DeleteTable") else {}
+                                                    or operation in vectors.READS or operation == "DeleteTable") else {}
         except ValueError:
             request = {}  # moto refuses the same body
+        vectors.STATE.write_bytes.clear()
+        try:  # vector indexes (lib/embedded/vectors.py): moto knows none of them
+            if operation == "SearchVectors":
+                return vectors.ok_body(vectors.STATE.search(request, moto_backend(region)))
+            if operation in _WRITE_OPERATIONS:
+                vectors.STATE.check_items(operation, request)
+            elif operation in ("CreateTable", "UpdateTable"):
+                stripped = vectors.STATE.for_moto(operation, request, moto_backend(region))
+                if stripped is not None:
+                    environ["wsgi.input"], environ["CONTENT_LENGTH"] = io.BytesIO(stripped), str(len(stripped))
+        except vectors.VectorError as exc:
+            return vectors.error_body(exc)
+        except DiskError as exc:
+            return _error(str(exc))
         owned_before = self._owned(region, request.get("TableName")) if operation == "DeleteTable" else False
         failure: DiskError | None = None
         if self._disk is not None:
@@ -176,11 +190,14 @@ class _SerializedApp:
                 self._settle_write(operation, request, region, ok)
             elif ok and self._disk is not None and operation in _TABLE_CHANGES | {"DeleteTable"}:
                 self._settle_table_change(operation, request, region, owned_before)
+            if ok and operation in _TABLE_CHANGES | {"DeleteTable"}:
+                vectors.STATE.table_changed(operation, request, moto_backend(region))
         except DiskError as exc:
             failure = exc
         if failure is not None:
             logs.error("embedded.request_refused", exc_info=False, operation=operation, reason=str(failure))
             return _error(str(failure))
+        headers, chunks = vectors.decorate(operation, request, status, headers, chunks, region, vectors.STATE)
         return status, headers, chunks
 
     def _owned(self, region: str, table_name: str | None) -> bool:
@@ -201,6 +218,8 @@ class _SerializedApp:
             table = backend.tables.get(table_name)
             disk = getattr(table, "chat_disk", None)
             if disk is None:
+                if ok and table is not None:  # an in-memory table: its vector entries follow it here
+                    vectors.settle_in_memory(backend, table, key or item or {})
                 continue  # an in-memory table
             try:
                 hash_key, range_key = backend.get_keys_value(table, key or item or {})
@@ -218,7 +237,8 @@ class _SerializedApp:
                                    key_text(range_key.type, range_key.value) if range_key is not None else "",
                                    json.dumps(current.to_json()["Attributes"], ensure_ascii=False)
                                    if current is not None else None))
-                disk.commit(writes)
+                disk.commit(writes, vectors.STATE.statements(writes))  # vectors in the same transaction
+                vectors.STATE.after_commit(writes)
             except (_Undo, DiskError):
                 for table, hash_key, _ in keys:
                     reload_partition(table, hash_key)
@@ -273,7 +293,9 @@ def restore_table(app: Callable, disk: Disk, region: str, name: str) -> None:
     for table, operation, request in disk.table_requests():
         if table != name:
             continue
-        status, answer = _call_moto(app, region, operation, request)
+        status, answer = _call_moto(app, region, operation, vectors.replayable(operation, request, moto_backend(region)))
+        if status == 200:
+            vectors.STATE.table_changed(operation, request, moto_backend(region), replay=True)
         if status != 200:
             raise StoreUnavailable(f"The local database in {disk.folder}/ holds a table '{name}' that the embedded "
                                    f"server refused to make ({answer.get('__type', status)}): move the folder away, "

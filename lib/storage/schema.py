@@ -1,24 +1,48 @@
-"""The one table: primary key (pk, sk) strings, no indexes, no streams."""
+"""The one table: primary key (pk, sk) strings, no secondary indexes, no streams; one vector index (seed 004).
+
+The vector index `vectors` indexes the `embedding` attribute (a list of numbers) of any item carrying it, by
+`user_id` (HASH: every search names one user) with `kind` (turn, memory) as an inline filter. An item without
+`user_id` is written but never indexed (seed 004), so every vector item carries it.
+"""
 from __future__ import annotations
 
 from typing import Any
 
 TTL_ATTRIBUTE = "expire_at"  # optional retention: items carrying it expire (epoch seconds)
+VECTOR_INDEX = "vectors"
+VECTOR_ATTRIBUTE, USER_ATTRIBUTE, KIND_ATTRIBUTE = "embedding", "user_id", "kind"
+DEFAULT_DIMENSIONS = 256  # the local embedder's (wordllama l2_supercat 256); CHAT_EMBED_DIMENSIONS sets it
 
 
-def create_table(client: Any, table_name: str, *, wait: bool = True) -> None:
-    """Create the chat table on demand (PAY_PER_REQUEST); the caller turns on AWS-only extras."""
+def vector_index(dimensions: int) -> dict:
+    """The vector index definition (CreateTable VectorIndexes / UpdateTable VectorIndexUpdates Create)."""
+    return {"IndexName": VECTOR_INDEX, "VectorAttribute": {"AttributeName": VECTOR_ATTRIBUTE},
+            "SearchSchema": [{"AttributeName": USER_ATTRIBUTE, "SearchSchemaElementType": "HASH"},
+                             {"AttributeName": KIND_ATTRIBUTE, "SearchSchemaElementType": "INLINE_FILTER"}],
+            "Projection": {"ProjectionType": "ALL"}, "Dimensions": dimensions, "DistanceFunction": "COSINE"}
+
+
+VECTOR_ATTRIBUTE_DEFINITIONS = [{"AttributeName": USER_ATTRIBUTE, "AttributeType": "S"},
+                                {"AttributeName": KIND_ATTRIBUTE, "AttributeType": "S"}]
+
+
+def create_table(client: Any, table_name: str, *, wait: bool = True,
+                 vector_dimensions: int | None = DEFAULT_DIMENSIONS) -> None:
+    """Create the chat table on demand (PAY_PER_REQUEST) with its vector index (None: without); the caller turns
+    on AWS-only extras."""
+    extra = {"VectorIndexes": [vector_index(vector_dimensions)]} if vector_dimensions else {}
     client.create_table(
         TableName=table_name,
         AttributeDefinitions=[
             {"AttributeName": "pk", "AttributeType": "S"},
             {"AttributeName": "sk", "AttributeType": "S"},
-        ],
+        ] + (VECTOR_ATTRIBUTE_DEFINITIONS if vector_dimensions else []),
         KeySchema=[
             {"AttributeName": "pk", "KeyType": "HASH"},
             {"AttributeName": "sk", "KeyType": "RANGE"},
         ],
         BillingMode="PAY_PER_REQUEST",
+        **extra,
     )
     if wait:
         client.get_waiter("table_exists").wait(TableName=table_name, WaiterConfig={"Delay": 1, "MaxAttempts": 60})
@@ -30,3 +54,15 @@ def table_exists(client: Any, table_name: str) -> bool:
     except client.exceptions.ResourceNotFoundException:
         return False
     return True
+
+
+def vector_index_description(client: Any, table_name: str) -> dict | None:
+    """The table's chat vector index as DescribeTable shows it (IndexStatus, Backfilling, Dimensions), or None."""
+    table = client.describe_table(TableName=table_name)["Table"]
+    return next((i for i in table.get("VectorIndexes", []) if i["IndexName"] == VECTOR_INDEX), None)
+
+
+def add_vector_index(client: Any, table_name: str, dimensions: int) -> None:
+    """Start adding the vector index to an existing table (UpdateTable); wait with `vector_index_description`."""
+    client.update_table(TableName=table_name, AttributeDefinitions=VECTOR_ATTRIBUTE_DEFINITIONS,
+                        VectorIndexUpdates=[{"Create": vector_index(dimensions)}])

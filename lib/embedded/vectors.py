@@ -1,0 +1,585 @@
+"""Vector indexes for the embedded DynamoDB (seed 004): VectorIndexes, VectorIndexUpdates and SearchVectors.
+
+moto knows none of it, so the serialized WSGI layer (lib/embedded/server.py) hands these
+requests here. A vector index is kept like DynamoDB keeps one: from the final image of
+every item any operation writes or deletes, an entry (its HASH value, INLINE_FILTER values,
+float32 vector and projected attributes) is added, replaced or removed. With a data folder
+the entries live in SQLite's `vectors` table and are written in the SAME transaction as the
+item images (Disk.commit's `extra`), so acknowledged <=> durable holds for vectors too and
+a restart finds them without re-reading any item. Without one they live in memory only.
+
+SearchVectors is answered exactly: numpy over every vector of the one HASH value the
+condition names (no ANN, so recall is 1.0 here, 99%+ on AWS). Scores follow botocore's
+documentation: COSINE 1 - cos (0 identical .. 2 opposite, k smallest), EUCLIDEAN the
+distance (k smallest), DOT_PRODUCT the product (k largest).
+
+Consumed bytes are this emulator's model, not AWS's published formula (there is none
+in the API): a search is 4 bytes per dimension of the query plus the size of the items
+returned; a write is 4 bytes per dimension plus the size of the projected attributes.
+
+Every function here runs under server.REQUEST_LOCK: no lock of its own.
+"""
+from __future__ import annotations
+
+import json
+import re
+import zlib
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from lib.embedded.disk import Disk, key_text
+from lib.storage.itemsize import item_size
+
+MAX_TOP_K = 100
+MAX_DIMENSIONS = 4096
+MAX_INDEXES = 5
+CACHE_PARTITIONS = 64  # HASH values whose vectors stay in memory (the rest reload from SQLite on their next search)
+_DDB = "com.amazonaws.dynamodb.v20120810#"
+_SQL = """CREATE TABLE IF NOT EXISTS vectors (
+    tbl TEXT NOT NULL, idx TEXT NOT NULL, pk TEXT NOT NULL, sk TEXT NOT NULL, hash TEXT NOT NULL,
+    filters TEXT NOT NULL, vec BLOB NOT NULL, item TEXT NOT NULL, PRIMARY KEY (tbl, idx, pk, sk)) WITHOUT ROWID"""
+_SQL_INDEX = "CREATE INDEX IF NOT EXISTS vectors_by_hash ON vectors (tbl, idx, hash)"
+_TERM = re.compile(r"^\s*([#:]?[A-Za-z0-9_.-]+)\s*(=|<>|<=|>=|<|>)\s*([#:]?[A-Za-z0-9_.-]+)\s*$")
+
+
+class VectorError(Exception):
+    """A request DynamoDB would refuse: (error type, message)."""
+
+    def __init__(self, kind: str, message: str):
+        super().__init__(message)
+        self.kind = kind
+
+
+def _invalid(message: str) -> VectorError:
+    return VectorError("ValidationException", message)
+
+
+@dataclass
+class IndexDef:
+    """One vector index of a table, as CreateTable/UpdateTable declared it."""
+
+    name: str
+    table: str
+    vector_attr: str
+    hash_attr: str | None
+    filters: list[str]
+    projection: dict
+    dimensions: int
+    distance: str
+    key_attrs: list[str] = field(default_factory=list)
+
+    def describe(self, region: str) -> dict:
+        schema = ([{"AttributeName": self.hash_attr, "SearchSchemaElementType": "HASH"}] if self.hash_attr else []) \
+            + [{"AttributeName": f, "SearchSchemaElementType": "INLINE_FILTER"} for f in self.filters]
+        return {"IndexName": self.name, "SearchSchema": schema, "Projection": self.projection,
+                "VectorAttribute": {"AttributeName": self.vector_attr}, "Dimensions": self.dimensions,
+                "DistanceFunction": self.distance, "IndexStatus": "ACTIVE", "Backfilling": False,
+                "IndexArn": f"arn:aws:dynamodb:{region}:123456789012:table/{self.table}/index/{self.name}"}
+
+    def projected(self, image: dict) -> dict:
+        """The attributes the index keeps a copy of (never the vector: it is kept as float32 beside them)."""
+        kind = self.projection.get("ProjectionType", "ALL")
+        keep = set(self.key_attrs) | {self.hash_attr} | set(self.filters)
+        if kind == "INCLUDE":
+            keep |= set(self.projection.get("NonKeyAttributes", []))
+        return {k: v for k, v in image.items() if k != self.vector_attr and (kind == "ALL" or k in keep)}
+
+    def entry(self, image: dict | None) -> tuple[str, dict, np.ndarray, dict] | None:
+        """(hash, inline filters, vector, projected item) of an image, or None when the index leaves it out:
+        deleted, no vector, or no HASH attribute (seed 004: written but silently never indexed)."""
+        if image is None or self.vector_attr not in image:
+            return None
+        hash_value = image.get(self.hash_attr) if self.hash_attr else {"S": ""}
+        if not hash_value or len(hash_value) != 1:
+            return None
+        vector = _vector(image[self.vector_attr], self.dimensions)
+        if vector is None:
+            return None
+        kind, value = next(iter(hash_value.items()))
+        if kind not in ("S", "N", "B"):
+            return None
+        filters = {f: image[f] for f in self.filters if f in image}
+        return key_text(kind, value), filters, vector, self.projected(image)
+
+
+def _vector(value: Any, dimensions: int | None) -> np.ndarray | None:
+    """A list-of-numbers attribute as float32, or None if it is not one (of `dimensions` numbers)."""
+    if not isinstance(value, dict) or "L" not in value:
+        return None
+    numbers = value["L"]
+    if dimensions is not None and len(numbers) != dimensions:
+        return None
+    try:
+        return np.array([float(n["N"]) for n in numbers], dtype=np.float32)
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+class _Partition:
+    """The entries of one HASH value of one index, with the matrix searches use."""
+
+    def __init__(self) -> None:
+        self.entries: dict[tuple[str, str], tuple[dict, np.ndarray, str]] = {}
+        self._matrix: tuple[list, np.ndarray] | None = None
+
+    def put(self, key: tuple[str, str], filters: dict, vector: np.ndarray, item: str) -> None:
+        self.entries[key] = (filters, vector, item)
+        self._matrix = None
+
+    def drop(self, key: tuple[str, str]) -> None:
+        if self.entries.pop(key, None) is not None:
+            self._matrix = None
+
+    def matrix(self, dimensions: int) -> tuple[list, np.ndarray]:
+        if self._matrix is None:
+            keys = list(self.entries)
+            stacked = np.stack([self.entries[k][1] for k in keys]) if keys else np.zeros((0, dimensions), np.float32)
+            self._matrix = (keys, stacked)
+        return self._matrix
+
+
+class VectorState:
+    """Every table's vector index definitions and entries, for the process's one moto backend."""
+
+    def __init__(self) -> None:
+        self.defs: dict[str, list[IndexDef]] = {}
+        self.memory: dict[str, bool] = {}  # table -> its entries live only in memory (no data folder)
+        self._cache: OrderedDict[tuple[str, str, str], _Partition] = OrderedDict()
+        self._prepared: set[int] = set()  # disks whose `vectors` table exists
+        self.write_bytes: dict[str, float] = {}  # index -> bytes of the request being served
+
+    # --- definitions --------------------------------------------------------------------------------
+
+    def _prepare(self, disk: Disk) -> None:
+        if id(disk) not in self._prepared:
+            disk.transaction([(_SQL, ()), (_SQL_INDEX, ())])
+            self._prepared.add(id(disk))
+
+    @staticmethod
+    def _parse(table: str, spec: dict, attribute_types: dict[str, str], key_attrs: list[str]) -> IndexDef:
+        name = spec.get("IndexName", "")
+        vector = (spec.get("VectorAttribute") or {}).get("AttributeName")
+        if not vector:
+            raise _invalid(f"Vector index {name}: VectorAttribute.AttributeName is required.")
+        dims = spec.get("Dimensions")
+        if not isinstance(dims, int) or not 1 <= dims <= MAX_DIMENSIONS:
+            raise _invalid(f"Vector index {name}: Dimensions must be between 1 and {MAX_DIMENSIONS}.")
+        if spec.get("DistanceFunction") not in ("COSINE", "DOT_PRODUCT", "EUCLIDEAN"):
+            raise _invalid(f"Vector index {name}: DistanceFunction must be COSINE, DOT_PRODUCT or EUCLIDEAN.")
+        hash_attr, filters = None, []
+        for element in spec.get("SearchSchema") or []:
+            attr, role = element.get("AttributeName"), element.get("SearchSchemaElementType")
+            if attr not in attribute_types:
+                raise _invalid(f"Vector index {name}: search schema attribute {attr} must be declared in "
+                               "AttributeDefinitions.")
+            if role == "HASH":
+                if hash_attr is not None:
+                    raise _invalid(f"Vector index {name}: at most one HASH element in SearchSchema.")
+                hash_attr = attr
+            else:
+                filters.append(attr)
+        projection = spec.get("Projection") or {"ProjectionType": "ALL"}
+        return IndexDef(name, table, vector, hash_attr, filters, projection, dims, spec["DistanceFunction"],
+                        key_attrs)
+
+    def for_moto(self, operation: str, request: dict, backend: Any) -> bytes | None:
+        """Check a CreateTable/UpdateTable's vector parts (VectorError) and return the body moto can take: the
+        SearchSchema-only AttributeDefinitions left out (moto wants exactly the key attributes). None: unchanged."""
+        specs = request.get("VectorIndexes") if operation == "CreateTable" else [
+            u["Create"] for u in request.get("VectorIndexUpdates") or [] if "Create" in u]
+        deletes = [u["Delete"]["IndexName"] for u in request.get("VectorIndexUpdates") or [] if "Delete" in u] \
+            if operation == "UpdateTable" else []
+        if not specs and not deletes:
+            return None
+        name = request.get("TableName", "")
+        types = {a["AttributeName"]: a["AttributeType"] for a in request.get("AttributeDefinitions") or []}
+        existing = self.defs.get(name, []) if operation == "UpdateTable" else []
+        table = backend.tables.get(name)
+        if operation == "UpdateTable":
+            if table is None:
+                raise VectorError("ResourceNotFoundException", f"Requested resource not found: Table: {name} not found")
+            types = {**{a["AttributeName"]: a["AttributeType"] for a in table.attr}, **types} \
+                if hasattr(table, "attr") else types
+        billing = request.get("BillingMode") or ("PAY_PER_REQUEST" if table is None else
+                                                 getattr(table, "billing_mode", "PAY_PER_REQUEST"))
+        if specs and billing != "PAY_PER_REQUEST":
+            raise _invalid("Vector indexes are supported only on on-demand (PAY_PER_REQUEST) tables.")
+        names = [d.name for d in existing if d.name not in deletes] + [s.get("IndexName") for s in specs or []]
+        if len(names) != len(set(names)):
+            raise _invalid(f"A vector index with this name already exists on table {name}.")
+        if len(names) > MAX_INDEXES:
+            raise _invalid(f"A table has at most {MAX_INDEXES} vector indexes.")
+        missing = [d for d in deletes if d not in [e.name for e in existing]]
+        if missing:
+            raise VectorError("ResourceNotFoundException", f"Requested resource not found: vector index {missing[0]}")
+        for spec in specs or []:
+            self._parse(name, spec, types, [])
+        if table is not None:
+            keys = {table.hash_key_attr, table.range_key_attr}
+            for index in getattr(table, "global_indexes", []) + getattr(table, "indexes", []):
+                keys |= {k["AttributeName"] for k in index.schema}
+        else:
+            keys = {k["AttributeName"] for k in request.get("KeySchema") or []}
+            for index in (request.get("GlobalSecondaryIndexes") or []) + (request.get("LocalSecondaryIndexes") or []):
+                keys |= {k["AttributeName"] for k in index.get("KeySchema", [])}
+        body = {k: v for k, v in request.items() if k not in ("VectorIndexes", "VectorIndexUpdates")}
+        if "AttributeDefinitions" in body:
+            body["AttributeDefinitions"] = [a for a in body["AttributeDefinitions"] if a["AttributeName"] in keys]
+            if not body["AttributeDefinitions"] and operation == "UpdateTable":
+                del body["AttributeDefinitions"]
+        return json.dumps(body).encode()
+
+    def table_changed(self, operation: str, request: dict, backend: Any, *, replay: bool = False) -> None:
+        """After moto took a table request (live, or replayed from disk at start): keep its vector indexes; a new
+        live index is backfilled from the table's items before this returns (so DescribeTable never shows it
+        Backfilling here, and a search right after sees every item)."""
+        name = request.get("TableName", "")
+        table = backend.tables.get(name)
+        if operation == "DeleteTable" or table is None:
+            self.defs.pop(name, None)
+            self._forget(name)
+            return
+        disk = getattr(table, "chat_disk", None)
+        self.memory[name] = disk is None
+        keys = [k for k in (table.hash_key_attr, table.range_key_attr) if k]
+        types = {a["AttributeName"]: a["AttributeType"] for a in getattr(table, "attr", [])}
+        types.update({a["AttributeName"]: a["AttributeType"] for a in request.get("AttributeDefinitions") or []})
+        if operation == "CreateTable":
+            self.defs[name] = [self._parse(name, s, types, keys) for s in request.get("VectorIndexes") or []]
+            self._forget(name)
+            if disk is not None and not replay:
+                self._prepare(disk)
+                disk.transaction([("DELETE FROM vectors WHERE tbl = ?", (name,))])
+            return
+        if operation != "UpdateTable":
+            return
+        current = self.defs.setdefault(name, [])
+        for update in request.get("VectorIndexUpdates") or []:
+            if "Delete" in update:
+                gone = update["Delete"]["IndexName"]
+                current[:] = [d for d in current if d.name != gone]
+                self._forget(name)
+                if disk is not None and not replay:
+                    self._prepare(disk)
+                    disk.transaction([("DELETE FROM vectors WHERE tbl = ? AND idx = ?", (name, gone))])
+            elif "Create" in update:
+                index = self._parse(name, update["Create"], types, keys)
+                current.append(index)
+                if not replay:
+                    self._backfill(table, index, disk)
+
+    def _backfill(self, table: Any, index: IndexDef, disk: Disk | None) -> None:
+        """Index every item the table holds: from disk (the truth) with a folder, else from moto's memory."""
+        if disk is None:
+            for item in table.all_items():
+                self.apply_memory(table.name, key_text(item.hash_key.type, item.hash_key.value),
+                                  key_text(item.range_key.type, item.range_key.value) if item.range_key else "",
+                                  item.to_json()["Attributes"])
+            return
+        self._prepare(disk)
+        after = None
+        while rows := disk.rows_after(table.name, after, 5_000):
+            writes = [(table.name, pk, sk, image) for pk, sk, image in rows]
+            disk.transaction(self.statements(writes, only=index))
+            after = rows[-1][:2]
+        self._forget(table.name)
+
+    def _forget(self, table: str) -> None:
+        for key in [k for k in self._cache if k[0] == table]:
+            del self._cache[key]
+
+    def describe(self, table: str, region: str) -> list[dict]:
+        return [d.describe(region) for d in self.defs.get(table, [])]
+
+    # --- writes ---------------------------------------------------------------------------------------
+
+    def check_items(self, operation: str, request: dict) -> None:
+        """Refuse a Put whose vector attribute is not a list of exactly Dimensions numbers (before moto applies it)."""
+        items: list[tuple[str, dict]] = []
+        if operation == "PutItem":
+            items = [(request.get("TableName", ""), request.get("Item") or {})]
+        elif operation == "BatchWriteItem":
+            items = [(t, r["PutRequest"]["Item"]) for t, rs in (request.get("RequestItems") or {}).items()
+                     for r in rs if "PutRequest" in r]
+        elif operation == "TransactWriteItems":
+            items = [(a["Put"]["TableName"], a["Put"]["Item"]) for a in request.get("TransactItems") or []
+                     if "Put" in a]
+        for table, item in items:
+            for index in self.defs.get(table, []):
+                if index.vector_attr in item and _vector(item[index.vector_attr], index.dimensions) is None:
+                    got = len(item[index.vector_attr].get("L", [])) if isinstance(item[index.vector_attr], dict) \
+                        else 0
+                    raise _invalid(f"One or more parameter values were invalid: vector attribute "
+                                   f"{index.vector_attr} must be a list of {index.dimensions} numbers for vector "
+                                   f"index {index.name} (got {got}).")
+
+    def statements(self, writes: list[tuple[str, str, str, str | None]], *, only: IndexDef | None = None
+                   ) -> list[tuple[str, tuple]]:
+        """SQL that keeps the `vectors` table in step with these item images (table, pk, sk, JSON or None): run in
+        the same transaction as the images. Also updates the cached partitions and counts the write bytes."""
+        out: list[tuple[str, tuple]] = []
+        for table, pk, sk, image_text in writes:
+            indexes = [only] if only is not None else self.defs.get(table, [])
+            if not indexes:
+                continue
+            image = json.loads(image_text) if image_text is not None else None
+            for index in indexes:
+                entry = index.entry(image)
+                if entry is None:
+                    out.append(("DELETE FROM vectors WHERE tbl = ? AND idx = ? AND pk = ? AND sk = ?",
+                                (table, index.name, pk, sk)))
+                    continue
+                hash_text, filters, vector, item = entry
+                item_text = json.dumps(item, ensure_ascii=False)
+                out.append(("INSERT OR REPLACE INTO vectors VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                            (table, index.name, pk, sk, hash_text, json.dumps(filters), vector.tobytes(), item_text)))
+                self._count_write(index, item)
+        return [(_SQL, ()), (_SQL_INDEX, ())] + out if out else out  # IF NOT EXISTS: a no-op but on a new file
+
+    def _count_write(self, index: IndexDef, item: dict) -> None:
+        self.write_bytes[index.name] = self.write_bytes.get(index.name, 0.0) + 4 * index.dimensions + item_size(item)
+
+    def _invalidate(self, index: IndexDef, pk: str, sk: str) -> None:
+        """Drop (pk, sk) from whichever cached partition holds it (its HASH value may have changed)."""
+        for (table, name, _), part in self._cache.items():
+            if table == index.table and name == index.name:
+                part.drop((pk, sk))
+
+    def after_commit(self, writes: list[tuple[str, str, str, str | None]]) -> None:
+        """The images are durable: the cached partitions that are loaded follow them (never before the commit,
+        so a failed commit leaves the cache matching SQLite)."""
+        for table, pk, sk, image_text in writes:
+            for index in self.defs.get(table, []):
+                self._invalidate(index, pk, sk)
+                entry = index.entry(json.loads(image_text)) if image_text is not None else None
+                if entry is None:
+                    continue
+                part = self._cache.get((table, index.name, entry[0]))
+                if part is not None:
+                    part.put((pk, sk), entry[1], entry[2], json.dumps(entry[3], ensure_ascii=False))
+
+    def apply_memory(self, table: str, pk: str, sk: str, image: dict | None) -> None:
+        """An in-memory table's write: its entries live only here."""
+        for index in self.defs.get(table, []):
+            self._invalidate(index, pk, sk)
+            entry = index.entry(image)
+            if entry is None:
+                continue
+            hash_text, filters, vector, item = entry
+            key = (table, index.name, hash_text)
+            part = self._cache.setdefault(key, _Partition())
+            part.put((pk, sk), filters, vector, json.dumps(item, ensure_ascii=False))
+            self._count_write(index, item)
+
+    # --- search ---------------------------------------------------------------------------------------
+
+    def _partition(self, table: Any, index: IndexDef, hash_text: str) -> _Partition:
+        key = (table.name, index.name, hash_text)
+        part = self._cache.get(key)
+        if part is not None:
+            self._cache.move_to_end(key)
+            return part
+        part = _Partition()
+        disk = getattr(table, "chat_disk", None)
+        if disk is not None:
+            self._prepare(disk)
+            for pk, sk, filters, vec, item in disk._read(  # noqa: SLF001 (same package; under the request lock)
+                    "SELECT pk, sk, filters, vec, item FROM vectors WHERE tbl = ? AND idx = ? AND hash = ?",
+                    (table.name, index.name, hash_text)):
+                part.put((pk, sk), json.loads(filters), np.frombuffer(vec, dtype=np.float32), item)
+            self._cache[key] = part
+            evictable = [k for k in self._cache if not self.memory.get(k[0], False)]
+            for oldest in evictable[:max(0, len(evictable) - CACHE_PARTITIONS)]:
+                del self._cache[oldest]
+        else:
+            self._cache[key] = part  # in memory: this is the only copy
+        return part
+
+    def search(self, request: dict, backend: Any) -> dict:
+        """A SearchVectors request's answer (VectorError for what DynamoDB would refuse)."""
+        name = request.get("TableName", "")
+        table = backend.tables.get(name)
+        if table is None:
+            raise VectorError("ResourceNotFoundException", f"Requested resource not found: Table: {name} not found")
+        index = next((d for d in self.defs.get(name, []) if d.name == request.get("IndexName")), None)
+        if index is None:
+            raise VectorError("ResourceNotFoundException",
+                              f"Requested resource not found: Vector index: {request.get('IndexName')} not found")
+        top_k = request.get("TopK")
+        if not isinstance(top_k, int) or not 1 <= top_k <= MAX_TOP_K:
+            raise _invalid(f"TopK must be between 1 and {MAX_TOP_K}.")
+        query = _vector({"L": request.get("SearchVector") or []}, None)
+        if query is None:
+            raise _invalid("SearchVector must be a list of numbers.")
+        if len(query) != index.dimensions:
+            raise _invalid(f"The number of dimensions of SearchVector ({len(query)}) does not match the "
+                           f"dimensions of vector index {index.name} ({index.dimensions}).")
+        hash_text, filters = self._condition(index, request)
+        part = self._partition(table, index, hash_text)
+        keys, matrix = part.matrix(index.dimensions)
+        if filters:
+            rows = [i for i, k in enumerate(keys) if all(part.entries[k][0].get(f) == v for f, v in filters.items())]
+            keys, matrix = [keys[i] for i in rows], matrix[rows]
+        scores = _scores(index.distance, matrix, query)
+        order = np.argsort(-scores if index.distance == "DOT_PRODUCT" else scores, kind="stable")[:top_k]
+        wanted = _projection(request)
+        results, size = [], 0
+        for i in order:
+            filters_, vector, item_text = part.entries[keys[i]]
+            item = json.loads(item_text)
+            if wanted is not None:
+                item = {k: v for k, v in item.items() if k in wanted}
+                if index.vector_attr in wanted:
+                    item[index.vector_attr] = {"L": [{"N": repr(float(x))} for x in vector]}
+            size += item_size(item)
+            results.append({"Item": item, "Score": float(scores[i])})
+        answer: dict[str, Any] = {"SearchResults": results}
+        if request.get("ReturnConsumedCapacity") in ("TOTAL", "INDEXES"):
+            answer["ConsumedCapacity"] = {"VectorSearchRequestBytes": float(4 * index.dimensions + size)}
+        return answer
+
+    @staticmethod
+    def _condition(index: IndexDef, request: dict) -> tuple[str, dict]:
+        """(HASH value, inline filter equalities) of the SearchConditionExpression; VectorError when it lacks the
+        HASH equality or uses anything but `=` on the search schema's attributes."""
+        text = request.get("SearchConditionExpression")
+        names = request.get("ExpressionAttributeNames") or {}
+        values = request.get("ExpressionAttributeValues") or {}
+        if index.hash_attr is None:
+            if not text:
+                return "", {}
+        elif not text:
+            raise _invalid(f"SearchConditionExpression must give the partition attribute of vector index "
+                           f"{index.name}: {index.hash_attr} = :value.")
+        found: dict[str, dict] = {}
+        for term in re.split(r"\s+AND\s+", text.strip(), flags=re.IGNORECASE):
+            match = _TERM.match(term.strip("() "))
+            if not match:
+                raise _invalid(f"Invalid SearchConditionExpression: {term.strip()!r} (only attribute = :value, "
+                               "joined by AND).")
+            left, op, right = match.groups()
+            if op != "=":
+                raise _invalid(f"Invalid SearchConditionExpression: operator {op} is not supported; only = is.")
+            if left.startswith(":"):
+                left, right = right, left
+            if not right.startswith(":") or right not in values:
+                raise _invalid(f"Invalid SearchConditionExpression: {right} is not a value in "
+                               "ExpressionAttributeValues.")
+            attr = names.get(left, None) if left.startswith("#") else left
+            if attr is None:
+                raise _invalid(f"Invalid SearchConditionExpression: {left} is not in ExpressionAttributeNames.")
+            if attr != index.hash_attr and attr not in index.filters:
+                raise _invalid(f"Invalid SearchConditionExpression: {attr} is not in the search schema of vector "
+                               f"index {index.name}.")
+            found[attr] = values[right]
+        if index.hash_attr is not None and index.hash_attr not in found:
+            raise _invalid(f"SearchConditionExpression must give the partition attribute of vector index "
+                           f"{index.name}: {index.hash_attr} = :value.")
+        hash_value = found.pop(index.hash_attr, {"S": ""}) if index.hash_attr else {"S": ""}
+        kind, value = next(iter(hash_value.items()))
+        return key_text(kind, value), found
+
+
+def _scores(distance: str, matrix: np.ndarray, query: np.ndarray) -> np.ndarray:
+    if len(matrix) == 0:
+        return np.zeros(0, dtype=np.float64)
+    m, q = matrix.astype(np.float64), query.astype(np.float64)
+    if distance == "EUCLIDEAN":
+        return np.linalg.norm(m - q, axis=1)
+    dots = m @ q
+    if distance == "DOT_PRODUCT":
+        return dots
+    norms = np.linalg.norm(m, axis=1) * np.linalg.norm(q)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        cos = np.where(norms > 0, dots / norms, 0.0)
+    return 1.0 - np.clip(cos, -1.0, 1.0)
+
+
+def _projection(request: dict) -> set[str] | None:
+    text = request.get("ProjectionExpression")
+    if not text:
+        return None
+    names = request.get("ExpressionAttributeNames") or {}
+    wanted = set()
+    for part in text.split(","):
+        part = part.strip()
+        if not re.fullmatch(r"#?[A-Za-z0-9_-]+", part):
+            raise _invalid(f"Invalid ProjectionExpression: {part!r} (top-level attribute names only).")
+        if part.startswith("#"):
+            if part not in names:
+                raise _invalid(f"Invalid ProjectionExpression: {part} is not in ExpressionAttributeNames.")
+            part = names[part]
+        wanted.add(part)
+    return wanted
+
+
+def error_body(exc: VectorError) -> tuple[str, list, list[bytes]]:
+    """A 400 as DynamoDB sends it: botocore raises it as a ClientError with this type and message."""
+    body = json.dumps({"__type": _DDB + exc.kind, "message": str(exc)}).encode()
+    return ("400 Bad Request", [("Content-Type", "application/x-amz-json-1.0"), ("Content-Length", str(len(body)))],
+            [body])
+
+
+def ok_body(answer: dict) -> tuple[str, list, list[bytes]]:
+    body = json.dumps(answer).encode()
+    return ("200 OK", [("Content-Type", "application/x-amz-json-1.0"), ("Content-Length", str(len(body)))], [body])
+
+
+def decorate(operation: str, request: dict, status: str, headers: list, chunks: list[bytes], region: str,
+             state: "VectorState") -> tuple[list, list[bytes]]:
+    """Add what moto leaves out of a successful answer: VectorIndexes in a table description, and a write's
+    VectorWriteRequestBytes (per index, asked for with ReturnConsumedCapacity=INDEXES)."""
+    if not status.startswith("200"):
+        return headers, chunks
+    table = request.get("TableName", "")
+    add_description = operation in ("CreateTable", "UpdateTable", "DescribeTable") and state.defs.get(table)
+    add_bytes = state.write_bytes and request.get("ReturnConsumedCapacity") == "INDEXES"
+    if not (add_description or add_bytes):
+        return headers, chunks
+    answer = json.loads(b"".join(chunks) or b"{}")
+    if add_description:
+        description = answer.get("Table") or answer.get("TableDescription")
+        if description is not None:
+            description["VectorIndexes"] = state.describe(table, region)
+    if add_bytes:
+        consumed = answer.get("ConsumedCapacity")
+        entries = consumed if isinstance(consumed, list) else [consumed] if consumed else []
+        if not entries:
+            entries = [{"TableName": table}]
+            answer["ConsumedCapacity"] = entries if operation in ("TransactWriteItems", "BatchWriteItem") \
+                else entries[0]
+        entries[0]["VectorIndexes"] = {n: {"VectorWriteRequestBytes": b} for n, b in state.write_bytes.items()}
+    body = json.dumps(answer).encode()
+    # botocore checks DynamoDB's x-amz-crc32 and retries on a mismatch: recomputed for the new body.
+    headers = [(k, v) for k, v in headers if k.lower() not in ("content-length", "x-amz-crc32")] + [
+        ("Content-Length", str(len(body))), ("x-amz-crc32", str(zlib.crc32(body)))]
+    return headers, [body]
+
+
+STATE = VectorState()
+READS = ("SearchVectors", "DescribeTable")  # requests whose body the server parses for this module
+
+
+def settle_in_memory(backend: Any, table: Any, key_or_item: dict) -> None:
+    """After a successful write to an in-memory table: its final image (or absence) to the index."""
+    if not STATE.defs.get(table.name):
+        return
+    try:
+        hash_key, range_key = backend.get_keys_value(table, key_or_item)
+    except Exception:
+        return  # moto refused the malformed key itself
+    current = table.get_item(hash_key, range_key)
+    STATE.apply_memory(table.name, key_text(hash_key.type, hash_key.value),
+                       key_text(range_key.type, range_key.value) if range_key is not None else "",
+                       current.to_json()["Attributes"] if current is not None else None)
+
+
+def replayable(operation: str, request: dict, backend: Any) -> dict:
+    """A stored table request as moto takes it (vector parts and SearchSchema-only attributes left out)."""
+    if operation not in ("CreateTable", "UpdateTable"):
+        return request
+    stripped = STATE.for_moto(operation, request, backend)
+    return request if stripped is None else json.loads(stripped)

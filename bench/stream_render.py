@@ -1,6 +1,6 @@
 """Streaming a long answer into Chromium: today's renderer (st.write_stream) against the block renderer.
 
-    python bench/stream_render.py            # 2, 20, 100, 300 KB answers, both renderers, about 4 minutes
+    python bench/stream_render.py            # 2, 20, 100, 300 KB answers, both renderers, about 5 minutes
 
 For each answer size and renderer, the real app runs under `streamlit run` with the demo model (no delay)
 answering with a long Markdown answer (tests/long_answers.py: headings, code fences, tables, lists), and a

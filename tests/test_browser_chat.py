@@ -98,12 +98,18 @@ def hits():
 
 
 def test_a_100_kb_answer_streams_and_the_page_then_equals_the_reopened_chat(claude_app, fake_model, browser):
+    page = new_page(browser)
+    ask(page, claude_app, "A short question first")
+    answered(page)
+    # A follow-up in the chat at the top is finished in place: the page compared is the streamed one itself.
     text = long_answer(100_000)
     fake_model.enqueue(Behaviour("text", chunks=chunks_of(text), output_tokens=25_000))
-    page = new_page(browser)
-    ask(page, claude_app, "Write me a long design document")
-    answered(page)
-    answer = page.locator(MESSAGES).nth(1)
+    box = page.locator("[data-testid='stChatInput'] textarea")
+    box.fill("Now write me a long design document")
+    box.press("Enter")
+    page.get_by_text("out tokens").nth(1).wait_for(timeout=120_000)
+    page.wait_for_function("!document.querySelector(\"[data-testid='stSkeleton']\")", timeout=120_000)
+    answer = page.locator(MESSAGES).nth(3)
     streamed = answer.inner_text()
     fences, tables = text.count("```python"), text.count("| record |")
     assert answer.locator("[data-testid='stCode']").count() == fences
@@ -113,8 +119,9 @@ def test_a_100_kb_answer_streams_and_the_page_then_equals_the_reopened_chat(clau
 
     reopened = new_page(browser)
     reopened.goto(session_url)
-    answered(reopened)
-    assert reopened.locator(MESSAGES).nth(1).inner_text() == streamed
+    reopened.get_by_text("out tokens").nth(1).wait_for(timeout=120_000)
+    reopened.wait_for_function("!document.querySelector(\"[data-testid='stSkeleton']\")", timeout=120_000)
+    assert reopened.locator(MESSAGES).nth(3).inner_text() == streamed
     assert not page.errors and not reopened.errors
 
 

@@ -113,6 +113,20 @@ class TestSplit:
         assert len(whole.shown()) == len(split(text))
 
 
+    def test_a_polling_view_drawing_the_text_so_far_each_run_shows_the_same_blocks(self):
+        from lib.web.stream_render import render
+
+        text = LONG_ANSWER
+        for cut in (40, 200, len(text)):
+            polled, streamed = Recorder(), Recorder()
+            render(polled, text[:cut], done=cut == len(text))
+            renderer = BlockRenderer(streamed)
+            for step in range(1, cut + 1, 7):
+                renderer.update(text[:step])
+            renderer.update(text[:cut], done=cut == len(text))
+            assert polled.shown() == streamed.shown()
+
+
 class TestBoundedMarkdown:
     def test_deep_nesting_is_shown_as_plain_text_and_says_so(self):
         (block,) = split(">" * 5000 + " deep")

@@ -99,3 +99,11 @@ def render_markdown(container: Any, text: str) -> None:
     blocks = _blocks(text) if len(text) <= 100_000 else split(text)  # the cache keeps reruns cheap
     for block in blocks:
         draw(container, block)
+
+
+def render(container: Any, text: str, done: bool) -> BlockRenderer:
+    """One call of a polling view (an st.fragment following a live answer): the text so far into a fresh
+    container; keep the returned renderer between calls within one run to redraw only the open block."""
+    renderer = BlockRenderer(container)
+    renderer.update(text, done)
+    return renderer

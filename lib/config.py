@@ -67,6 +67,22 @@ SETTINGS: dict[str, tuple[str, str]] = {
     "CHAT_SUMMARY_TOKENS": ("600", "Longest running summary, in tokens."),
     "CHAT_MEMORY_TOKENS": ("2000", "Cap on one user's memories, in tokens; past it new facts are not kept."),
     "CHAT_RECALL_TURNS": ("4", "Most older turns recalled into the context for one question."),
+    # Semantic search (README: "Search").
+    "CHAT_EMBED_PROVIDER": ("local", "`local` (offline: the `wordllama` package's bundled 256-d weights), `bedrock` "
+                                     "(Cohere Embed v4 or Titan Text Embeddings V2) or `off` (keyword search only)."),
+    "CHAT_EMBED_MODEL": ("", "Embedding model id. Unset: `wordllama-l2_supercat-256` (local), "
+                             "`us.cohere.embed-v4:0` (bedrock); `amazon.titan-embed-text-v2:0` selects Titan."),
+    "CHAT_EMBED_DIMENSIONS": ("256", "Vector dimensions: fixed when the index is made (local: 256 only; Cohere v4: "
+                                     "256/512/1024/1536; Titan v2: 256/512/1024)."),
+    "CHAT_EMBED_REGION": ("", "Bedrock region of the `bedrock` embedder; unset: `CHAT_BEDROCK_REGION`."),
+    "CHAT_EMBED_BASE_URL": ("", "Bedrock runtime endpoint override for the embedder (a VPC endpoint)."),
+    "CHAT_EMBED_TIMEOUT_S": ("10", "Deadline of one embedding call (Bedrock), in seconds."),
+    "CHAT_PRICE_EMBED_PER_M": ("", "USD per million embedding tokens (`bedrock`); unset: shown as unknown. "
+                                   "`local` is free."),
+    "CHAT_PRICE_VECTOR_WRITE_PER_GB": ("", "USD per GB of vector index writes (VectorWriteRequestBytes); unset: "
+                                           "shown as unknown."),
+    "CHAT_PRICE_VECTOR_SEARCH_PER_GB": ("", "USD per GB of vector searches (VectorSearchRequestBytes); unset: "
+                                            "shown as unknown."),
 }
 
 _SECRET = {"cursor_secret", "proxy_secret", "anthropic_api_key"}
@@ -127,6 +143,15 @@ class Settings:
     summary_tokens: int
     memory_tokens: int
     recall_turns: int
+    embed_provider: str = "local"
+    embed_model: str = ""
+    embed_dimensions: int = 256
+    embed_region: str = ""
+    embed_base_url: str = ""
+    embed_timeout_s: float = 10.0
+    price_embed_per_m: str = ""
+    price_vector_write_per_gb: str = ""
+    price_vector_search_per_gb: str = ""
 
     @classmethod
     def load(cls, env: Mapping[str, str] | None = None, secrets: Mapping[str, Any] | None = None, *,
@@ -170,6 +195,7 @@ class Settings:
         for name in ("verbatim_turns", "summary_every", "summary_tokens", "memory_tokens", "recall_turns"):
             if values[name] < 1:
                 raise ConfigError(f"CHAT_{name.upper()} must be at least 1.")
+        _check_embedder(values)
         if values["ledger_flush_s"] < 30:
             raise ConfigError("CHAT_LEDGER_FLUSH_S must be at least 30 seconds.")
         return cls(**values)
@@ -182,6 +208,32 @@ class Settings:
     def admin_ids(self) -> frozenset[str]:
         """Admins, normalised like identities (emails lower-cased)."""
         return frozenset(a.strip().lower() if "@" in a else a.strip() for a in self.admins.split(",") if a.strip())
+
+
+def _check_embedder(values: dict[str, Any]) -> None:
+    """The embedder's settings: a known provider and model, dimensions that model can give."""
+    provider, dims = values["embed_provider"], values["embed_dimensions"]
+    if provider not in ("local", "bedrock", "off"):
+        raise ConfigError(f"CHAT_EMBED_PROVIDER must be 'local', 'bedrock' or 'off', not {provider!r}.")
+    if not values["embed_model"]:
+        values["embed_model"] = "us.cohere.embed-v4:0" if provider == "bedrock" else "wordllama-l2_supercat-256"
+    values["embed_region"] = values["embed_region"] or values["bedrock_region"]
+    if provider == "local" and dims != 256:
+        raise ConfigError("CHAT_EMBED_DIMENSIONS must be 256 with CHAT_EMBED_PROVIDER=local (the bundled weights).")
+    if provider == "bedrock":
+        allowed = (256, 512, 1024) if "titan" in values["embed_model"] else (256, 512, 1024, 1536)
+        if dims not in allowed:
+            raise ConfigError(f"CHAT_EMBED_DIMENSIONS must be one of {', '.join(map(str, allowed))} for "
+                              f"{values['embed_model']}.")
+    if values["embed_timeout_s"] <= 0:
+        raise ConfigError("CHAT_EMBED_TIMEOUT_S must be more than 0.")
+    for name in ("price_embed_per_m", "price_vector_write_per_gb", "price_vector_search_per_gb"):
+        try:
+            if values[name] and float(values[name]) < 0:
+                raise ValueError
+        except ValueError as exc:
+            raise ConfigError(f"CHAT_{name.upper()} must be a number of USD (or unset), not {values[name]!r}.") \
+                from exc
 
 
 def _check_serving(values: dict[str, Any], secrets: Mapping[str, Any]) -> None:

@@ -13,7 +13,7 @@ from lib.usage.capacity import Meter
 from lib.config import Settings
 from lib.errors import ConfigError, StoreUnavailable
 from lib.embedded.server import LocalDynamo
-from lib.storage.schema import create_table, table_exists
+from lib.storage.schema import add_vector_index, create_table, table_exists, vector_index_description
 from lib.storage.store import ChatStore
 
 # Throttles and transient errors are retried by botocore before the store sees them.
@@ -74,7 +74,9 @@ def open_database(settings: Settings) -> Database:
         client = meter.install(local_client(server))
         with _local_lock:
             if not table_exists(client, settings.table):  # tables on disk were made again by the server's start
-                create_table(client, settings.table)
+                create_table(client, settings.table, vector_dimensions=settings.embed_dimensions)
+            elif vector_index_description(client, settings.table) is None:  # made before search existed
+                add_vector_index(client, settings.table, settings.embed_dimensions)  # backfilled before it returns
         where = (f"local embedded DynamoDB, saved in {data_dir}/" if data_dir
                  else "local embedded DynamoDB, in memory only (lost when the app stops)")
         return Database(client, settings.table, meter, where, local=True)

@@ -231,6 +231,19 @@ def session_vector_prefix(session_id: str) -> str:
     return f"{VECTOR_PREFIX}{session_id}#"
 
 
+def vector_key(user_id: str, session_id: str, message_id: str) -> dict[str, str]:
+    """A finished turn's vector item in the user's partition (VEC#<sid>#<mid>): one per turn, so a Retry rewrites it."""
+    return {"pk": user_pk(user_id), "sk": f"{session_vector_prefix(session_id)}{message_id}"}
+
+
+def vector_parts(sk: str) -> tuple[str, str]:
+    """(session_id, message_id) of a turn's vector sort key; ValueError if it is not one."""
+    _, session_id, message_id = sk.split("#", 2) if sk.count("#") == 2 else ("", "", "")
+    if not sk.startswith(VECTOR_PREFIX) or not is_id(session_id) or not is_id(message_id):
+        raise ValueError(f"not a turn vector key: {sk!r}")
+    return session_id, message_id
+
+
 def summary_key(user_id: str, session_id: str) -> dict[str, str]:
     """The session's one running summary: versioned in place, so the open-session Query reads at most one."""
     return {"pk": session_pk(user_id, session_id), "sk": SUMMARY_SK}

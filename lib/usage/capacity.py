@@ -20,6 +20,7 @@ from boto3.dynamodb.types import TypeSerializer
 
 from lib.storage import keys
 from lib.storage.itemsize import item_size, value_size
+from lib.storage.schema import VECTOR_ATTRIBUTE
 
 WRITE_UNIT_BYTES = 1024
 READ_UNIT_BYTES = 4096
@@ -29,7 +30,7 @@ CHARGED_FAILURES = ("ConditionalCheckFailedException", "TransactionCanceledExcep
 
 # What a request was for: the cost page's vocabulary ("title" is the rename after a model-written title).
 ACTIONS = ("sidebar", "open", "create", "send", "finish", "fail", "retry", "rename", "feedback", "title", "export", "ledger",
-           "admin", "other", "summary", "memory", "recall")
+           "admin", "other", "summary", "memory", "recall", "index", "search")
 
 
 # --- the model -------------------------------------------------------------
@@ -131,6 +132,8 @@ def modeled_units(operation: str, params: Mapping[str, Any], parsed: Mapping[str
     if operation == "TransactWriteItems":
         # Each item rounded up on its own, then doubled.
         return "write", sum(2 * write_units(_transact_action_size(a, prior)) for a in params["TransactItems"])
+    if operation == "SearchVectors":
+        return "search", 0.0  # billed in bytes: vector_bytes
     if operation == "BatchWriteItem":
         units = 0
         for requests in params["RequestItems"].values():
@@ -141,6 +144,40 @@ def modeled_units(operation: str, params: Mapping[str, Any], parsed: Mapping[str
                     units += write_units(_size(request["DeleteRequest"]["Key"]))
         return "write", units
     return "other", 0.0
+
+
+def vector_bytes(operation: str, params: Mapping[str, Any], parsed: Mapping[str, Any]) -> tuple[float, bool]:
+    """(bytes, reported) of vector search or vector index writes (billed in bytes, not units, seed 004): the
+    service's VectorSearchRequestBytes / VectorWriteRequestBytes where it sent them, else the embedded server's
+    model (4 bytes a dimension, plus the items returned or the attributes written beside the vector)."""
+    consumed = parsed.get("ConsumedCapacity")
+    for entry in consumed if isinstance(consumed, list) else [consumed] if consumed else []:
+        if "VectorSearchRequestBytes" in entry:
+            return float(entry["VectorSearchRequestBytes"]), True
+        per_index = entry.get("VectorIndexes") or {}
+        if per_index:
+            return float(sum(i.get("VectorWriteRequestBytes", 0.0) for i in per_index.values())), True
+    if operation == "SearchVectors":
+        return float(4 * len(params.get("SearchVector", [])) + sum(_size(r.get("Item")) for r in
+                                                                    parsed.get("SearchResults", []))), False
+    items: list[Mapping[str, Any]] = []
+    if operation == "PutItem":
+        items = [params["Item"]]
+    elif operation == "BatchWriteItem":
+        items = [r["PutRequest"]["Item"] for rs in params["RequestItems"].values() for r in rs if "PutRequest" in r]
+    elif operation == "TransactWriteItems":
+        items = [a["Put"]["Item"] for a in params["TransactItems"] if "Put" in a]
+    elif operation == "UpdateItem":
+        values = params.get("ExpressionAttributeValues") or {}
+        vectors = [v for v in _wire(dict(values)).values() if "L" in v and len(v["L"]) > 16]
+        return float(sum(4 * len(v["L"]) for v in vectors)), False
+    total = 0
+    for item in items:
+        wire = _wire(item)
+        if VECTOR_ATTRIBUTE in wire and "user_id" in wire:
+            total += 4 * len(wire[VECTOR_ATTRIBUTE].get("L", [])) + _size({k: v for k, v in wire.items()
+                                                                           if k != VECTOR_ATTRIBUTE})
+    return float(total), False
 
 
 def reported_units(parsed: Mapping[str, Any]) -> float | None:
@@ -170,6 +207,7 @@ class Usage:
     ok: bool
     at: str  # key-format UTC time (lib.storage.keys.now)
     user: str | None = None  # whose action caused the call; None for operator commands
+    vector_bytes: float = 0.0  # VectorSearchRequestBytes or VectorWriteRequestBytes (reported, else modeled)
 
     @property
     def units(self) -> float:
@@ -251,12 +289,15 @@ class Meter:
         kind, modeled = modeled_units(model.name, params, parsed if ok else {}, context.get("meter_prior"))
         if kind == "other":
             return  # control-plane calls (CreateTable, DescribeTable) carry no capacity
+        vector, vector_reported = vector_bytes(model.name, params, parsed) if ok else (0.0, False)
         if not ok and parsed.get("Error", {}).get("Code") not in CHARGED_FAILURES:
             modeled = 0.0  # throttled or invalid: nothing was read or written
         reported = reported_units(parsed) if ok else None
         source = "service" if (self.trust_reported and reported is not None) else "model"
+        if not self.trust_reported and vector_reported and kind != "search":
+            vector = vector_bytes(model.name, params, {})[0]  # an emulator's write figure: the model's, like units
         usage = Usage(model.name, context.get("meter_action", "other"), kind, reported, modeled, source, ok, keys.now(),
-                      context.get("meter_user"))
+                      context.get("meter_user"), vector)
         with self._lock:
             self._recent.append(usage)
         for listener in self._listeners:

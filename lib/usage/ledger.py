@@ -11,6 +11,7 @@ Counter names (flat attributes, kept short so a bucket stays one 1 KB write unit
     n.<action> requests   w.<action>/r.<action> modeled WRU/RRU
     wu.<action>/ru.<action> the units billed (the service's figure where it reported one, else the model's)
     ns.<action> requests whose figure came from the service
+    vb.<action> vector bytes (VectorSearchRequestBytes for "search", VectorWriteRequestBytes for writes)
     t.done / t.failed turns     b bytes of finished turns (storage growth)
     tn|<model> calls  ti|<model> to|<model> tcr|<model> tcw|<model> input/output/cache-read/cache-write tokens
 """
@@ -80,6 +81,8 @@ class Ledger:
             counts[f"r.{a}"], counts[f"ru.{a}"] = usage.modeled, usage.units
         if usage.source == "service":
             counts[f"ns.{a}"] = 1
+        if usage.vector_bytes:
+            counts[f"vb.{a}"] = usage.vector_bytes
         self._add(keys.day_of(usage.at), usage.user or SYSTEM_USER, counts, due=a != "ledger")
 
     def record_turn(self, user: str, message: Message, tokens: TokenUsage | None, model: str) -> None:

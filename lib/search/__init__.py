@@ -1,0 +1,1 @@
+"""Semantic search: embedders, vector items, hybrid search (lib/search)."""

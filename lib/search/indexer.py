@@ -1,0 +1,167 @@
+"""Writing vectors: one vector item per finished turn, one vector per memory, and `reindex` for the rest.
+
+Vectors are written after a turn is saved, never on the path to the first token, and a
+failure to embed or write never fails the turn: it is logged (ids only) and `python -m
+lib.admin reindex` embeds whatever lacks a vector of the configured model. The same key
+per turn makes every write idempotent; a Retry's new answer rewrites its vector.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Sequence
+
+from lib import logs
+from lib.errors import ChatError
+from lib.search.embedders import Embedder
+from lib.storage import keys
+from lib.storage.gateway import Gateway, from_item, to_item
+from lib.storage.records import DONE, Message, Memory
+from lib.storage.vectors import SNIPPET_CHARS, TurnVector, VectorStore
+
+BATCH = 64  # turns embedded and written together by reindex and import
+
+
+def turn_text(title: str, message: Message) -> str:
+    """What a turn's vector stands for: the chat's title, the question, the start of the answer."""
+    return f"{title}\n{message.input_body}\n{message.output_body[:1500]}"
+
+
+def snippet(message: Message) -> str:
+    """The bounded text a result shows: the question, then the answer's start."""
+    question = " ".join(message.input_body.split())
+    answer = " ".join(message.output_body.split())
+    return f"{question[:240]} — {answer}"[:SNIPPET_CHARS]
+
+
+def indexable(message: Message) -> bool:
+    return message.status == DONE and bool(message.output_body)
+
+
+@dataclass
+class Indexer:
+    """Embeds and writes vectors for one table with one embedder."""
+
+    db: Gateway
+    embedder: Embedder
+
+    @property
+    def vectors(self) -> VectorStore:
+        return VectorStore(self.db)
+
+    def turn_vectors(self, title: str, messages: Sequence[Message]) -> list[TurnVector]:
+        done = [m for m in messages if indexable(m)]
+        if not done:
+            return []
+        embedded = self.embedder.embed([turn_text(title, m) for m in done], "document")
+        return [TurnVector(m.session_id, m.message_id, title, snippet(m), m.create_time, self.embedder.model, v)
+                for m, v in zip(done, embedded.vectors)]
+
+    def index_turns(self, user_id: str, title: str, messages: Sequence[Message]) -> int:
+        """Embed and write the finished ones of these turns of one chat (BatchWriteItem); returns how many."""
+        written = 0
+        for start in range(0, len(messages), BATCH):
+            turns = self.turn_vectors(title, messages[start:start + BATCH])
+            if turns:
+                written += self.vectors.put_turns(user_id, turns)
+        return written
+
+    def index_memory(self, user_id: str, memory: Memory) -> bool:
+        """Embed one memory onto its own item (conditional on its text: an edit in between wins)."""
+        vector = self.embedder.embed([memory.text], "document").vectors[0]
+        return self.vectors.set_memory_vector(user_id, memory.memory_id, memory.text, self.embedder.model, vector)
+
+
+def index_turn_after_save(indexer: Indexer | None, user_id: str, title: str, message: Message) -> bool:
+    """For the chat page, AFTER the answer is saved (never before the first token): the turn's vector item.
+    Returns False (logged, ids only) when there is no embedder or it failed: the chat is unaffected, and
+    `python -m lib.admin reindex` catches up."""
+    if indexer is None or not indexable(message):
+        return False
+    try:
+        turns = indexer.turn_vectors(title, [message])
+        indexer.vectors.put_turn(user_id, turns[0])
+        return True
+    except ChatError as exc:  # the embedder or DynamoDB could not do it now
+        logs.warning("search.index_failed", session_id=message.session_id, message_id=message.message_id,
+                     error_class=type(exc).__name__)
+        return False
+
+
+def make_indexer(services: Any) -> Indexer | None:
+    """The indexer of a Services (None when CHAT_EMBED_PROVIDER=off)."""
+    from lib.search.embedders import make_embedder
+
+    embedder = make_embedder(services.settings)
+    if embedder is None:
+        return None
+    return Indexer(Gateway(services.database.client, services.database.table, services.database.meter), embedder)
+
+
+# --- reindex ------------------------------------------------------------------------------------------------------
+
+@dataclass
+class ReindexCounts:
+    users: int = 0
+    sessions: int = 0
+    turns: int = 0
+    memories: int = 0
+    skipped: int = 0  # already had a vector of the configured model
+
+
+def _sessions(db: Gateway, user_id: str) -> Iterable[dict]:
+    """The user's sidebar rows (every chat), newest first; labelled "index" for the meter."""
+    with db.action("index", user_id):
+        for page in db.query_pages(KeyConditionExpression="pk = :pk AND begins_with(sk, :p)",
+                                   ExpressionAttributeValues=to_item({":pk": keys.user_pk(user_id),
+                                                                      ":p": keys.SESSION_PREFIX})):
+            for item in page:
+                if keys.is_list_sk(item["sk"]["S"]):
+                    yield from_item(item)
+
+
+def _turns(db: Gateway, user_id: str, session_id: str) -> list[Message]:
+    with db.action("index", user_id):
+        items = db.query_all(KeyConditionExpression="pk = :pk AND begins_with(sk, :p)",
+                             ExpressionAttributeValues=to_item({":pk": keys.session_pk(user_id, session_id),
+                                                                ":p": keys.MESSAGE_PREFIX}))
+    return [Message.from_item(from_item(i)) for i in items if keys.record_kind(i["sk"]["S"]) == keys.TURN]
+
+
+def reindex_user(indexer: Indexer, user_id: str, *, everything: bool = False,
+                 progress: Callable[[int], None] | None = None) -> ReindexCounts:
+    """Embed every turn and memory of one user that lacks a vector of the configured model (all with
+    `everything`). Resumable: what is done has the model's vector and is skipped by the next run."""
+    from lib.storage.memories import MemoryStore
+
+    counts = ReindexCounts(users=1)
+    have = {} if everything else {sk: model for sk, model in indexer.vectors.models(user_id)}
+    for row in _sessions(indexer.db, user_id):
+        counts.sessions += 1
+        session_id, title = row["session_id"], row.get("title", "")
+        todo = [m for m in _turns(indexer.db, user_id, session_id) if indexable(m)
+                and have.get(keys.vector_key(user_id, session_id, m.message_id)["sk"]) != indexer.embedder.model]
+        counts.skipped += sum(1 for sk in have if sk.startswith(keys.session_vector_prefix(session_id))) \
+            if not everything else 0
+        counts.turns += indexer.index_turns(user_id, title, todo)
+        if progress:
+            progress(len(todo))
+    store = MemoryStore(indexer.db.client, indexer.db.table, indexer.db.meter)
+    memories, _ = store.load(user_id, action="index")
+    models = _memory_models(indexer.db, user_id) if not everything else {}
+    for memory in memories:
+        if models.get(memory.memory_id) == indexer.embedder.model:
+            counts.skipped += 1
+            continue
+        counts.memories += int(indexer.index_memory(user_id, memory))
+    return counts
+
+
+def _memory_models(db: Gateway, user_id: str) -> dict[str, str]:
+    """memory_id -> embed_model of the user's memories that have a vector."""
+    pk, low, high = keys.memory_range(user_id)
+    with db.action("index", user_id):
+        items = db.query_all(KeyConditionExpression="pk = :pk AND sk BETWEEN :low AND :high",
+                             ProjectionExpression="sk, embed_model",
+                             ExpressionAttributeValues=to_item({":pk": pk, ":low": low, ":high": high}))
+    return {i["sk"]["S"].split("#", 1)[1]: i["embed_model"]["S"] for i in items
+            if keys.record_kind(i["sk"]["S"]) == keys.MEMORY and "embed_model" in i}

@@ -1,0 +1,116 @@
+"""Vector items and SearchVectors: the shapes semantic search reads and writes (keys from lib.storage.keys).
+
+A turn's vector item (pk USER#<user_id>, sk VEC#<session_id>#<message_id>) is small and
+separate from the turn: the open-session Query is billed on whole items, so a vector on the
+turn item would grow every chat's first page. It carries `user_id` (the index's HASH: an item
+without it is written but never indexed, seed 004), `kind` "turn" (the inline filter), the
+session and message ids, a copy of the chat title, a bounded snippet for display, the turn's
+time, `embed_model` and `embedding`. A memory carries its vector on the memory item itself
+(kind "memory"): deleting the memory takes its vector out of the index with it, and an edit
+REMOVEs the vector (lib/storage/memories.py) until it is embedded again.
+
+The vector is stored with 5 significant digits (float32 in the index anyway; cosine moves
+by < 1e-4): a 256-d vector is about 1.2 KB, so a turn's vector item stays within 2 write units.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any, Iterator, Sequence
+
+from botocore.exceptions import ClientError
+
+from lib.storage import keys
+from lib.storage.gateway import Gateway, error_code, from_item, to_item
+from lib.storage.schema import VECTOR_INDEX
+
+TURN, MEMORY = "turn", "memory"
+SNIPPET_CHARS = 600  # the stored snippet: what a result shows, bounded so a vector item stays small
+TITLE_CHARS = 120
+
+
+def number_list(vector: Sequence[float]) -> list[Decimal]:
+    """A vector as the item's list of numbers (5 significant digits)."""
+    return [Decimal(f"{float(x):.5g}") for x in vector]
+
+
+@dataclass(frozen=True)
+class TurnVector:
+    session_id: str
+    message_id: str
+    title: str
+    snippet: str
+    create_time: str
+    model: str
+    vector: Sequence[float]
+
+    def item(self, user_id: str) -> dict[str, dict]:
+        return to_item({**keys.vector_key(user_id, self.session_id, self.message_id), "user_id": user_id,
+                        "kind": TURN, "session_id": self.session_id, "message_id": self.message_id,
+                        "title": self.title[:TITLE_CHARS], "snippet": self.snippet[:SNIPPET_CHARS],
+                        "create_time": self.create_time, "embed_model": self.model,
+                        "embedding": number_list(self.vector)})
+
+
+@dataclass(frozen=True)
+class Hit:
+    """One SearchVectors result: the item (plain values, no vector) and its COSINE score (0 = identical)."""
+
+    item: dict[str, Any]
+    score: float
+
+
+class VectorStore:
+    """Reads and writes of vector items, each labelled for the meter ("index" writes, "search" searches)."""
+
+    def __init__(self, db: Gateway):
+        self._db = db
+
+    def put_turn(self, user_id: str, turn: TurnVector) -> None:
+        """Put (or replace: the same key on a Retry) one turn's vector item."""
+        with self._db.action("index", user_id):
+            self._db.call("put_item", Item=turn.item(user_id))
+
+    def put_turns(self, user_id: str, turns: Sequence[TurnVector]) -> int:
+        """Many at once (reindex, import): BatchWriteItem, 25 a request."""
+        with self._db.action("index", user_id):
+            return self._db.batch_write(puts=[t.item(user_id) for t in turns])
+
+    def set_memory_vector(self, user_id: str, memory_id: str, text: str, model: str, vector: Sequence[float]) -> bool:
+        """Add the vector to a memory whose text is still `text` (an edit in between wins: its vector comes later);
+        False when the memory was deleted or changed."""
+        try:
+            with self._db.action("index", user_id):
+                self._db.call("update_item", Key=to_item(keys.memory_key(user_id, memory_id)),
+                              UpdateExpression="SET embedding = :e, embed_model = :m",
+                              ConditionExpression="attribute_exists(pk) AND #t = :t",
+                              ExpressionAttributeNames={"#t": "text"},
+                              ExpressionAttributeValues=to_item({":e": number_list(vector), ":m": model, ":t": text}))
+        except ClientError as exc:
+            if error_code(exc) != "ConditionalCheckFailedException":
+                raise
+            return False
+        return True
+
+    def models(self, user_id: str) -> Iterator[tuple[str, str | None]]:
+        """(sort key, embed_model) of every vector item of the user (one Query per 1 MB page, vectors included in
+        the bill: a Query is billed on whole items; reindex pays it once)."""
+        with self._db.action("index", user_id):
+            for page in self._db.query_pages(
+                    KeyConditionExpression="pk = :pk AND begins_with(sk, :p)", ProjectionExpression="sk, embed_model",
+                    ExpressionAttributeValues=to_item({":pk": keys.user_pk(user_id), ":p": keys.VECTOR_PREFIX})):
+                for item in page:
+                    yield item["sk"]["S"], item.get("embed_model", {}).get("S")
+
+    def search(self, user_id: str, vector: Sequence[float], top_k: int, *, kind: str | None = None) -> list[Hit]:
+        """The user's nearest vector items. `user_id` must come from the signed-in identity: the index's HASH
+        scopes the search, but IAM cannot (dynamodb:LeadingKeys does not apply to SearchVectors)."""
+        keys.user_pk(user_id)  # refuses an empty or non-string id
+        values = {":u": user_id, **({":k": kind} if kind else {})}
+        with self._db.action("search", user_id):
+            response = self._db.call(
+                "search_vectors", IndexName=VECTOR_INDEX, SearchVector=to_item({"v": number_list(vector)})["v"]["L"],
+                TopK=top_k, SearchConditionExpression="user_id = :u" + (" AND #k = :k" if kind else ""),
+                ExpressionAttributeValues=to_item(values), **({"ExpressionAttributeNames": {"#k": "kind"}}
+                                                              if kind else {}))
+        return [Hit(from_item(r["Item"]), float(r["Score"])) for r in response.get("SearchResults", [])]

@@ -1,0 +1,258 @@
+"""Semantic search: the offline and Bedrock embedders, vector items written after a turn is saved, memories'
+vectors, hybrid search scoped to the signed-in user, and what it costs (all on the embedded server)."""
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from lib.config import Settings
+from lib.search import embedders
+from lib.search.embedders import BedrockEmbedder, EmbedError, LocalEmbedder, make_embedder
+from lib.search.hybrid import highlight, search_chats
+from lib.search.indexer import Indexer, index_turn_after_save, reindex_user
+from lib.storage import keys
+from lib.storage.gateway import Gateway, from_item, to_item
+from lib.storage.memories import MemoryStore
+from lib.storage.vectors import VectorStore
+from lib.usage.ledger import Ledger
+from tests.fake_bedrock_embed import FakeBedrockEmbed
+
+FACTS = [
+    ("How do I deploy the billing service to staging?", "Run the deploy pipeline with the staging target."),
+    ("What is a good recipe for sourdough bread?", "Mix flour, water, salt and your starter; proof overnight."),
+    ("Which python library parses YAML files?", "PyYAML or ruamel.yaml both parse YAML documents."),
+]
+
+
+def finished_chat(store, user: str, question: str, answer: str):
+    session, message = store.create_session(user, question, system_prompt_id="p")
+    done = store.finish_message(user, message, output_body=answer, input_token=1, output_token=1,
+                                response_start_time=message.create_time, response_end_time=message.create_time)
+    return session, done
+
+
+@pytest.fixture
+def indexer(client, table, meter) -> Indexer:
+    return Indexer(Gateway(client, table, meter), LocalEmbedder())
+
+
+def vector_items(client, table, user: str) -> list[dict]:
+    items = client.query(TableName=table, KeyConditionExpression="pk = :pk AND begins_with(sk, :p)",
+                         ExpressionAttributeValues=to_item({":pk": keys.user_pk(user), ":p": "VEC#"}))["Items"]
+    return [from_item(i) for i in items]
+
+
+def test_the_local_embedder_loads_the_bundled_weights_with_no_network(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise OSError("network disabled in this test")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+    monkeypatch.setattr(LocalEmbedder, "_model", None)
+    out = LocalEmbedder().embed(["deploy the billing service", "ship billing to staging", "sourdough bread"],
+                                "document")
+    assert [len(v) for v in out.vectors] == [256, 256, 256]
+    a, b, c = out.vectors
+    cos = lambda x, y: sum(p * q for p, q in zip(x, y))  # noqa: E731 (unit vectors)
+    assert cos(a, b) > cos(a, c)
+
+
+def test_a_saved_turn_gets_one_searchable_vector_item_idempotently(store, indexer, client, table):
+    session, message = finished_chat(store, "u-1", *FACTS[0])
+    assert index_turn_after_save(indexer, "u-1", session.title, message)
+    assert index_turn_after_save(indexer, "u-1", session.title, message)  # idempotent: the same key
+    (item,) = vector_items(client, table, "u-1")
+    assert item["sk"] == f"VEC#{session.session_id}#{message.message_id}"
+    assert (item["user_id"], item["kind"], item["session_id"], item["message_id"]) == \
+        ("u-1", "turn", session.session_id, message.message_id)
+    assert item["embed_model"] == "wordllama-l2_supercat-256" and len(item["embedding"]) == 256
+    assert item["title"] == session.title and item["snippet"].startswith(FACTS[0][0])
+
+
+def test_a_failed_turn_has_no_vector_until_its_retry_is_answered(store, indexer, client, table):
+    session, message = store.create_session("u-1", FACTS[0][0], system_prompt_id="p")
+    failed = store.fail_message("u-1", message, output_body="", error="overloaded")
+    assert not index_turn_after_save(indexer, "u-1", session.title, failed)
+    assert vector_items(client, table, "u-1") == []
+    retried = store.restart_message("u-1", failed)
+    again = store.finish_message("u-1", retried, output_body="Use the new release train instead.", input_token=1,
+                                 output_token=1, response_start_time=retried.create_time,
+                                 response_end_time=retried.create_time)
+    assert index_turn_after_save(indexer, "u-1", session.title, again)
+    (item,) = vector_items(client, table, "u-1")
+    assert "release train" in item["snippet"] and item["message_id"] == message.message_id
+
+
+def test_every_vector_item_is_searchable(store, indexer, client, table):
+    for question, answer in FACTS:
+        session, message = finished_chat(store, "u-1", question, answer)
+        index_turn_after_save(indexer, "u-1", session.title, message)
+    written = {i["sk"] for i in vector_items(client, table, "u-1")}
+    found = VectorStore(indexer.db).search("u-1", [1.0] + [0.0] * 255, 100)
+    assert len(written) == 3 and {keys.vector_key("u-1", h.item["session_id"], h.item["message_id"])["sk"]
+                                  for h in found} == written
+
+
+def test_hybrid_search_finds_the_paraphrased_turn_first(store, indexer):
+    for question, answer in FACTS:
+        session, message = finished_chat(store, "u-1", question, answer)
+        index_turn_after_save(indexer, "u-1", session.title, message)
+    outcome = search_chats(indexer.vectors, indexer.embedder, "u-1", "sourdough starter")
+    assert outcome.results[0].snippet.startswith(FACTS[1][0])
+    assert len(outcome.results) == 3 and outcome.note is None
+
+
+@pytest.mark.parametrize("query, note", [("", "at least two"), ("x", "at least two"), ("   \x00\x07 ", "at least two")])
+def test_empty_and_one_character_queries_search_nothing(indexer, requests, query, note):
+    outcome = search_chats(indexer.vectors, indexer.embedder, "u-1", query)
+    assert outcome.results == [] and note in outcome.note
+    assert "SearchVectors" not in requests.names
+
+
+def test_a_huge_or_hostile_query_is_cut_and_searched_harmlessly(store, indexer):
+    session, message = finished_chat(store, "u-1", *FACTS[0])
+    index_turn_after_save(indexer, "u-1", session.title, message)
+    outcome = search_chats(indexer.vectors, indexer.embedder, "u-1", "<img src=x onerror=alert(1)> ![a](http://x) "
+                           + "deploy " * 500)
+    assert len(outcome.query) == 500 and "first 500 characters" in outcome.note
+    assert [r.message_id for r in outcome.results] == [message.message_id]
+
+
+def test_another_users_vectors_are_unreachable(store, indexer):
+    session, message = finished_chat(store, "alice", *FACTS[0])
+    index_turn_after_save(indexer, "alice", session.title, message)
+    for query in (FACTS[0][0], "alice", session.session_id, "user_id = alice"):
+        assert search_chats(indexer.vectors, indexer.embedder, "bob", query).results == []
+    with pytest.raises(ValueError):
+        VectorStore(indexer.db).search("", [0.1] * 256, 10)
+
+
+def test_the_open_session_query_reads_the_same_units_with_vectors(store, indexer, meter):
+    session, message = finished_chat(store, "u-1", *FACTS[0])
+    meter.clear()
+    store.open_session("u-1", session.session_id)
+    before = [u.modeled for u in meter.records() if u.action == "open"]
+    index_turn_after_save(indexer, "u-1", session.title, message)
+    meter.clear()
+    store.open_session("u-1", session.session_id)
+    store.list_sessions("u-1")
+    assert [u.modeled for u in meter.records() if u.action == "open"] == before == [1.0]
+    assert [u.modeled for u in meter.records() if u.action == "sidebar"] == [1.0]
+
+
+def test_memory_vectors_follow_edits_and_deletes(client, table, meter, indexer):
+    memories = MemoryStore(client, table, meter)
+    memory = memories.add("u-1", "I am the on-call lead for the payments team", session_id=None, message_id=None)
+    assert indexer.index_memory("u-1", memory)
+    hits = VectorStore(indexer.db).search("u-1", LocalEmbedder().embed(["payments on-call"], "query").vectors[0], 5,
+                                          kind="memory")
+    assert [h.item["sk"] for h in hits] == [keys.memory_key("u-1", memory.memory_id)["sk"]]
+    edited = memories.edit("u-1", memory, "I am the on-call lead for the search team")
+    assert VectorStore(indexer.db).search("u-1", [0.1] * 256, 5, kind="memory") == []  # the stale vector is gone
+    assert not indexer.vectors.set_memory_vector("u-1", memory.memory_id, memory.text, "m", [0.1] * 256)
+    assert indexer.index_memory("u-1", edited)
+    memories.delete("u-1", memory.memory_id)
+    assert VectorStore(indexer.db).search("u-1", [0.1] * 256, 5, kind="memory") == []
+
+
+def test_reindex_embeds_what_lacks_a_vector_and_resumes(store, indexer, client, table, meter):
+    for question, answer in FACTS:
+        finished_chat(store, "u-1", question, answer)
+    MemoryStore(client, table, meter).add("u-1", "I am a vegetarian", session_id=None, message_id=None)
+    first = reindex_user(indexer, "u-1")
+    assert (first.sessions, first.turns, first.memories) == (3, 3, 1)
+    again = reindex_user(indexer, "u-1")
+    assert (again.turns, again.memories, again.skipped) == (0, 0, 4)
+    assert reindex_user(indexer, "u-1", everything=True).turns == 3
+
+
+def test_index_and_search_are_metered_in_vector_bytes(store, indexer, client, table, meter):
+    ledger = Ledger(client, table, meter)
+    session, message = finished_chat(store, "u-1", *FACTS[0])
+    index_turn_after_save(indexer, "u-1", session.title, message)
+    search_chats(indexer.vectors, indexer.embedder, "u-1", "deploy staging")
+    (bucket,) = [b for b in ledger.pending() if b.user == "u-1"]
+    assert bucket.counters["n.index"] == 1 and bucket.counters["w.index"] == 2  # a 256-d vector item: 2 WRU
+    assert bucket.counters["vb.index"] > 4 * 256 and bucket.counters["vb.search"] > 4 * 256
+    assert bucket.counters["n.search"] == 1 and "r.search" not in bucket.counters
+
+
+def test_highlight_marks_words_and_cjk_runs_as_plain_segments():
+    assert highlight("Deploying the billing service", "deploy billing") == [
+        ("Deploying", True), (" the ", False), ("billing", True), (" service", False)]
+    assert highlight("帮我约周三下午开会", "周三下午") == [("帮我约", False), ("周三下午", True), ("开会", False)]
+    assert highlight("nothing here", "") == [("nothing here", False)]
+
+
+class TestBedrock:
+    @pytest.fixture
+    def fake(self):
+        fake = FakeBedrockEmbed()
+        yield fake
+        fake.close()
+
+    def settings(self, fake, **extra) -> Settings:
+        env = {"CHAT_EMBED_PROVIDER": "bedrock", "CHAT_EMBED_BASE_URL": fake.url, "CHAT_EMBED_REGION": "us-west-2",
+               "AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "y", **extra}
+        return Settings.load(env, {}, for_operator=True)
+
+    def test_cohere_v4_documents_and_queries(self, fake, monkeypatch):
+        monkeypatch.setenv("AWS_ACCESS_KEY_ID", "x")
+        embedder = make_embedder(self.settings(fake, CHAT_EMBED_DIMENSIONS="512"))
+        assert isinstance(embedder, BedrockEmbedder) and embedder.model == "us.cohere.embed-v4:0"
+        out = embedder.embed(["stored text", "more"], "document")
+        embedder.embed(["a question"], "query")
+        assert [len(v) for v in out.vectors] == [512, 512] and out.tokens == 11
+        doc, query = fake.requests
+        assert doc["path"] == "/model/us.cohere.embed-v4:0/invoke"
+        assert doc["body"] == {"texts": ["stored text", "more"], "input_type": "search_document",
+                               "output_dimension": 512, "embedding_types": ["float"], "truncate": "RIGHT"}
+        assert query["body"]["input_type"] == "search_query"
+        assert "us-west-2/bedrock/aws4_request" in doc["headers"]["authorization"]
+
+    def test_titan_v2(self, fake):
+        embedder = make_embedder(self.settings(fake, CHAT_EMBED_MODEL="amazon.titan-embed-text-v2:0",
+                                               CHAT_EMBED_DIMENSIONS="256"))
+        out = embedder.embed(["one", "two"], "query")
+        assert [r["body"] for r in fake.requests] == [{"inputText": "one", "dimensions": 256, "normalize": True},
+                                                      {"inputText": "two", "dimensions": 256, "normalize": True}]
+        assert out.tokens == 22 and out.vectors[0] == [0.5] * 256
+
+    def test_a_refusal_is_an_embed_error_and_indexing_skips_the_turn(self, fake, store, client, table, meter):
+        fake.status = 400
+        embedder = make_embedder(self.settings(fake))
+        with pytest.raises(EmbedError):
+            embedder.embed(["x"], "document")
+        session, message = finished_chat(store, "u-1", *FACTS[0])
+        assert not index_turn_after_save(Indexer(Gateway(client, table, meter), embedder), "u-1", session.title,
+                                         message)
+        assert vector_items(client, table, "u-1") == []
+
+
+def test_settings_refuse_dimensions_the_model_cannot_give():
+    from lib.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="256"):
+        Settings.load({"CHAT_EMBED_DIMENSIONS": "512"}, {}, for_operator=True)
+    with pytest.raises(ConfigError, match="256, 512, 1024"):
+        Settings.load({"CHAT_EMBED_PROVIDER": "bedrock", "CHAT_EMBED_MODEL": "amazon.titan-embed-text-v2:0",
+                       "CHAT_EMBED_DIMENSIONS": "1536"}, {}, for_operator=True)
+    assert embedders.make_embedder(Settings.load({"CHAT_EMBED_PROVIDER": "off"}, {}, for_operator=True)) is None
+
+
+def test_an_existing_local_table_gets_the_vector_index_when_the_app_starts(server):
+    import uuid
+
+    from lib.storage.database import local_client, open_database
+    from lib.storage.schema import create_table, vector_index_description
+
+    name = f"old-{uuid.uuid4().hex[:8]}"
+    create_table(local_client(server), name, vector_dimensions=None)
+    try:
+        database = open_database(Settings.load({"CHAT_TABLE": name, "CHAT_DATA_DIR": ":memory:"}, {},
+                                               for_operator=True))
+        index = vector_index_description(database.client, name)
+        assert (index["Dimensions"], index["IndexStatus"], index["Backfilling"]) == (256, "ACTIVE", False)
+    finally:
+        local_client(server).delete_table(TableName=name)

@@ -9,6 +9,7 @@ import boto3
 from lib.config import Settings
 from lib.ops import commands as data_care
 from lib.ops import context_commands
+from lib.ops import search_commands
 from lib.storage.database import RETRIES
 from lib.storage.schema import TTL_ATTRIBUTE, create_table, table_exists
 
@@ -19,14 +20,14 @@ def create_aws_table(settings: Settings) -> str:
                           config=RETRIES)
     if table_exists(client, settings.table):
         return f"Table '{settings.table}' already exists in {settings.region}; nothing changed."
-    create_table(client, settings.table)
+    create_table(client, settings.table, vector_dimensions=settings.embed_dimensions)  # with the vector index
     client.update_time_to_live(TableName=settings.table,
                                TimeToLiveSpecification={"Enabled": True, "AttributeName": TTL_ATTRIBUTE})
     client.update_continuous_backups(TableName=settings.table,
                                      PointInTimeRecoverySpecification={"PointInTimeRecoveryEnabled": True})
     client.update_table(TableName=settings.table, DeletionProtectionEnabled=True)
     return (f"Created table '{settings.table}' in {settings.region}: on-demand, TTL on '{TTL_ATTRIBUTE}', "
-            "point-in-time recovery, deletion protection.")
+            f"point-in-time recovery, deletion protection, vector index ({settings.embed_dimensions} dimensions).")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -37,6 +38,8 @@ def main(argv: list[str] | None = None) -> int:
     data_care.register(commands)
     # The context engine: import-chat, context (lib/ops/context_commands.py).
     context_commands.register(commands)
+    # Semantic search: search, add-vector-index, reindex (lib/ops/search_commands.py).
+    search_commands.register(commands)
     seed = commands.add_parser("seed-demo", help="fill the table with a few weeks of demo chats and usage")
     seed.add_argument("--days", type=int, default=21)
     seed.add_argument("--allow-aws", action="store_true", help="required to seed a table on AWS")
@@ -61,6 +64,8 @@ def main(argv: list[str] | None = None) -> int:
         return data_care.run(args, settings)
     if args.command in context_commands.NAMES:
         return context_commands.run(args, settings)
+    if args.command in search_commands.NAMES:
+        return search_commands.run(args, settings)
     if args.command == "create-table":
         print(create_aws_table(settings))
     elif args.command == "seed-demo":

@@ -220,13 +220,14 @@ def _title(chat: ImportedChat) -> str:
 
 
 def import_chats(store, engine, user_id: str, chats: list[ImportedChat], *,
-                 progress: Callable[[str, ImportedChat], None] | None = None) -> ImportResult:
-    """Write the chats as live turns would be, oldest turn first, then run summaries and memories."""
+                 progress: Callable[[str, ImportedChat], None] | None = None, indexer: Any = None) -> ImportResult:
+    """Write the chats as live turns would be, oldest turn first, then run summaries and memories; with an
+    `indexer` (lib/search/indexer.py), each chat's turns get their vector items once the chat is written."""
     result, cache = ImportResult(), ContextCache()
     for chat in chats:
         if not chat.turns:
             continue
-        session, history, summary = None, [], None
+        session, history, summary, saved_turns = None, [], None, []
         for turn in chat.turns:
             with keys.clock(lambda t=turn.time: t):
                 if session is None:
@@ -241,6 +242,7 @@ def import_chats(store, engine, user_id: str, chats: list[ImportedChat], *,
                                          response_start_time=pending.create_time,
                                          response_end_time=max(end, pending.create_time), model=IMPORTED_MODEL)
             history = (history + [saved])[-20:]
+            saved_turns.append(saved)
             result.turns += 1
             if engine is not None:
                 outcome = engine.summarize_after_save(user_id, session, history, summary)
@@ -249,6 +251,8 @@ def import_chats(store, engine, user_id: str, chats: list[ImportedChat], *,
                 summary = outcome.summary
                 result.memories += len(engine.extract_memories_after_save(cache, user_id, saved).added)
         result.session_ids.append(session.session_id)
+        if indexer is not None:
+            indexer.index_turns(user_id, session.title, saved_turns)
         if progress is not None:
             progress(session.session_id, chat)
     return result

@@ -60,7 +60,9 @@ def _import(args: argparse.Namespace, settings: Settings) -> int:
         print(f"  {len(chat.turns)} turns: {chat.title or chat.turns[0].question[:60]}", file=sys.stderr)
 
     try:
-        result = import_chats(svc.store, engine, args.user, chats, progress=progress)
+        from lib.search.indexer import make_indexer
+
+        result = import_chats(svc.store, engine, args.user, chats, progress=progress, indexer=make_indexer(svc))
     finally:
         svc.ledger.close()
     print(f"imported {len(result.session_ids)} chats, {result.turns} turns; {result.summaries} summaries and "

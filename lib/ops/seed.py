@@ -77,6 +77,9 @@ def seed_demo(services: Services, *, days: int = 21, seed: int = 7, end: dt.date
     moment = [end - dt.timedelta(days=days)]
     written = {"sessions": 0, "turns": 0, "failed": 0}
     decks: dict[str, list[str]] = {}
+    from lib.search.indexer import index_turn_after_save, make_indexer
+
+    indexer = make_indexer(services)  # the demo history is searchable like live chats
 
     with keys.clock(lambda: moment[0]):
         for day in range(days):
@@ -111,6 +114,7 @@ def seed_demo(services: Services, *, days: int = 21, seed: int = 7, end: dt.date
                                 title, tokens = model.title(question, saved.output_body)
                                 ledger.record_tokens(user, model.name, tokens)
                                 session = store.rename_session(user, session, title, action="title")
+                        index_turn_after_save(indexer, user, session.title, saved)
                         moment[0] += dt.timedelta(seconds=rng.randrange(40, 240))  # reading, typing
                         if turn_number and rng.random() < 0.3:
                             store.open_session(user, session.session_id)  # came back from another chat

@@ -1,0 +1,77 @@
+"""Search: your chats by meaning and by keyword (lib/search/hybrid.py), each result a link to its turn. Thin page.
+
+The user whose chats are searched is the signed-in identity's, checked on every run: no URL
+parameter or widget names a user (SearchVectors is scoped by the index's HASH value, which
+IAM cannot restrict: the app is the guard). `?q=` only fills the box.
+"""
+from __future__ import annotations
+
+import datetime as dt
+from urllib.parse import urlencode
+
+import streamlit as st
+
+from lib.search.hybrid import MAX_QUERY_CHARS, highlight, search_chats
+from lib.search.indexer import make_indexer
+from lib.storage import keys
+from lib.web import ui
+from lib.web.bootstrap import start_page
+from lib.web.render import plain_label
+
+start = start_page("Search")
+svc, me = start.svc, start.me
+
+
+@st.cache_resource(show_spinner=False)
+def indexer_for(table: str):
+    """One embedder per process (the local model's weights load once)."""
+    return make_indexer(svc)
+
+
+def marked(text: str, query: str) -> str:
+    """Markdown of `text` with the query's matches in bold: every segment escaped first, so nothing the user or
+    the model wrote can format, link or fetch (bold is the page's own ** around escaped text)."""
+    out = []
+    for segment, hit in highlight(text, query):
+        escaped = plain_label(segment)
+        core = escaped.strip()
+        out.append(escaped.replace(core, f"**{core}**", 1) if hit and core else escaped)
+    return "".join(out)
+
+
+def when(time_text: str) -> str:
+    try:
+        moment = keys.parse_time(time_text)
+    except ValueError:
+        return ""
+    return f"{moment:%b} {moment.day}, {moment.year}"
+
+
+with st.sidebar:
+    ui.page_links()
+st.title("Search your chats", anchor=False)
+query = st.text_input("Search", value=str(st.query_params.get("q", ""))[:MAX_QUERY_CHARS], max_chars=MAX_QUERY_CHARS,
+                      placeholder="What did we decide about…", label_visibility="collapsed", icon=":material/search:")
+st.caption("Finds turns by meaning and by their words. Only your own chats are searched.")
+
+if query.strip():
+    with ui.errors_shown():
+        indexer = indexer_for(svc.database.table)
+        outcome = search_chats(indexer.vectors if indexer else None, indexer.embedder if indexer else None,
+                               me.user_id, query, top=20)
+        if outcome.note:
+            st.info(outcome.note, icon=":material/info:")
+        if outcome.other_model:
+            st.caption(f"{outcome.other_model} older results were embedded by another model and are left out until "
+                       "an operator runs `python -m lib.admin reindex`.")
+        if not outcome.results and not outcome.note:
+            st.info("Nothing found. Try other words: a name, a term, or what the answer was about.",
+                    icon=":material/search_off:")
+        for result in outcome.results:
+            if not (keys.is_id(result.session_id) and keys.is_id(result.message_id)):
+                continue  # never a link built from anything but two ids
+            link = "/?" + urlencode({"session": result.session_id, "turn": result.message_id})
+            with st.container(border=True):
+                st.markdown(f"**[{plain_label(result.title or 'Untitled chat')}]({link})**")
+                st.caption(when(result.create_time))
+                st.markdown(marked(result.snippet, outcome.query))

@@ -1,0 +1,85 @@
+"""The Search page through AppTest: results with title, date, highlighted snippet and a deep link; only the
+signed-in user's chats, whatever the URL says; hostile text shown, never rendered."""
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from lib.config import Settings
+from lib.search.indexer import index_turn_after_save, make_indexer
+from lib.web import ui
+from lib.web.render import plain_label
+
+APP = str(Path(__file__).resolve().parents[1] / "app.py")
+DEV = "dev@localhost"
+
+
+@pytest.fixture
+def svc(app_env):
+    return ui._services(Settings.load())
+
+
+def chat(svc, user: str, question: str, answer: str):
+    session, message = svc.store.create_session(user, question, system_prompt_id="p")
+    done = svc.store.finish_message(user, message, output_body=answer, input_token=1, output_token=1,
+                                    response_start_time=message.create_time, response_end_time=message.create_time)
+    assert index_turn_after_save(make_indexer(svc), user, session.title, done)
+    return session, done
+
+
+def search_page(query: str | None = None, **params: str) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.run()
+    at.switch_page("pages/search.py")
+    for name, value in params.items():
+        at.query_params[name] = value
+    at.run()
+    assert not at.exception, at.exception
+    if query is not None:
+        at.text_input[0].set_value(query).run()
+        assert not at.exception, at.exception
+    return at
+
+
+def links(at) -> list[str]:
+    return [m.value for m in at.markdown if m.value.startswith("**[")]
+
+
+def test_a_result_has_its_title_date_highlighted_snippet_and_a_link_to_the_turn(svc):
+    session, message = chat(svc, DEV, "How do we rotate the database password?", "Use the secrets manager rotation.")
+    at = search_page("rotate password")
+    (link,) = links(at)
+    assert link == f"**[{plain_label(session.title)}](/?session={session.session_id}&turn={message.message_id})**"
+    assert "**rotate**" in " ".join(m.value for m in at.markdown) and "**password**" in " ".join(
+        m.value for m in at.markdown)
+    moment = message.create_time
+    assert any(c.value.endswith(moment[:4]) for c in at.caption)
+
+
+def test_only_the_signed_in_users_chats_whatever_the_url_says(svc):
+    chat(svc, "bob@example.com", "Bob's salary negotiation notes", "Ask for the budget first.")
+    for params in ({}, {"user": "bob@example.com"}, {"user_id": "bob@example.com", "q": "salary negotiation"},
+                   {"session": "x", "as": "bob@example.com"}):
+        at = search_page("salary negotiation", **params)
+        assert links(at) == []
+        assert "Bob" not in " ".join(m.value for m in at.markdown)
+
+
+def test_hostile_text_is_shown_escaped_never_rendered(svc):
+    chat(svc, DEV, "Render ![x](http://evil.example/p.png) <script>alert(1)</script> please",
+         "[click](javascript:alert(1)) **not bold**")
+    at = search_page("render script alert")
+    shown = " ".join(m.value for m in at.markdown)
+    assert "![x](http" not in shown and "](javascript" not in shown and "\\!\\[x\\]" in shown
+
+
+@pytest.mark.parametrize("query, text", [("a", "at least two"), ("zq", "No chats match yet")])
+def test_short_and_unmatched_queries_say_so(svc, query, text):
+    at = search_page(query)
+    assert text in " ".join(i.value for i in at.info)
+
+
+def test_q_fills_the_box(svc):
+    chat(svc, DEV, "Kubernetes ingress timeouts", "Raise proxy-read-timeout.")
+    at = search_page(None, q="ingress timeouts")
+    assert at.text_input[0].value == "ingress timeouts" and len(links(at)) == 1

@@ -8,7 +8,7 @@ from lib.web.bootstrap import start_page
 from lib.web.chat_page import ChatPage
 
 page = ChatPage(start_page())
-page.save_unsaved()
+page.sync_live()
 page.load()
 page.sidebar()
 page.banner()

@@ -50,6 +50,13 @@ SETTINGS: dict[str, tuple[str, str]] = {
     "CHAT_SYSTEM_PROMPT_ID": ("default-v1", "System prompt of new turns (see `lib/turn/prompts.py`)."),
     "CHAT_PENDING_TIMEOUT_S": ("300", "A turn still pending after this many seconds is shown as interrupted."),
     "CHAT_DEMO_DELAY": ("0.02", "Seconds between the demo model's chunks."),
+    "CHAT_MAX_GENERATIONS_PER_USER": ("3", "Answers one user may have being written at once (any chats, tabs and "
+                                             "devices served by one process); one more is refused with the text kept."),
+    "CHAT_MAX_GENERATIONS": ("100", "Answers one app process writes at once, all users together."),
+    "CHAT_UNWATCHED_STOP_S": ("0", "Stop an answer that no page has shown for this many seconds (saved as stopped, "
+                                   "with Retry); `0`: finish it even if every tab closed."),
+    "CHAT_REDIS_URL": ("", "Optional hot tier (`redis://host:6379/0`): live answers, pending turns and per-chat "
+                           "change counters shared by replicas. Unset: each process serves its own tabs."),
     "CHAT_ADMINS": ("", "Comma-separated user ids (emails) who see everyone's usage on the cost page."),
     "CHAT_LEDGER_FLUSH_S": ("300", "Seconds between usage-ledger flushes (at least 30); a crash loses at most this much "
                                    "usage counting, never chat data. See 'The usage ledger' in the README."),
@@ -152,6 +159,10 @@ class Settings:
     price_embed_per_m: str = ""
     price_vector_write_per_gb: str = ""
     price_vector_search_per_gb: str = ""
+    max_generations_per_user: int = 3
+    max_generations: int = 100
+    unwatched_stop_s: float = 0.0
+    redis_url: str = field(default="", repr=False)
 
     @classmethod
     def load(cls, env: Mapping[str, str] | None = None, secrets: Mapping[str, Any] | None = None, *,

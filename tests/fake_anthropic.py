@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections import deque
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -19,11 +20,13 @@ class Behaviour:
     error_type: str = "overloaded_error"
     input_tokens: int = 25
     output_tokens: int = 7
+    chunk_delay_s: float = 0.0  # a pause before each text chunk (a model at a realistic pace)
 
 
 class FakeAnthropic:
     def __init__(self) -> None:
         self.requests: list[dict] = []
+        self.streams: list[dict] = []  # per streamed request: chunks sent, and whether the client hung up first
         self._script: deque[Behaviour] = deque()
         self._lock = threading.Lock()
         fake = self
@@ -53,6 +56,7 @@ class FakeAnthropic:
                         "usage": {"input_tokens": behaviour.input_tokens, "output_tokens": behaviour.output_tokens}})
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.fake = self
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         self._thread.start()
 
@@ -81,6 +85,10 @@ class FakeAnthropic:
         handler.wfile.write(data)
 
     @staticmethod
+    def _record_stream(handler: BaseHTTPRequestHandler, record: dict) -> None:
+        handler.server.fake.streams.append(record)
+
+    @staticmethod
     def _stream(handler: BaseHTTPRequestHandler, behaviour: Behaviour, body: dict) -> None:
         handler.send_response(200)
         handler.send_header("Content-Type", "text/event-stream")
@@ -100,9 +108,18 @@ class FakeAnthropic:
         event("content_block_start", {"type": "content_block_start", "index": 0,
                                       "content_block": {"type": "text", "text": ""}})
         event("ping", {"type": "ping"})
+        record = {"sent": 0, "client_closed": False}
+        FakeAnthropic._record_stream(handler, record)
         for chunk in behaviour.chunks:
-            event("content_block_delta", {"type": "content_block_delta", "index": 0,
-                                          "delta": {"type": "text_delta", "text": chunk}})
+            if behaviour.chunk_delay_s:
+                time.sleep(behaviour.chunk_delay_s)
+            try:
+                event("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                              "delta": {"type": "text_delta", "text": chunk}})
+            except (BrokenPipeError, ConnectionResetError):
+                record["client_closed"] = True  # the client closed the stream: nothing more is sent
+                return
+            record["sent"] += 1
         if behaviour.kind == "drop":
             # A half-sent chunk, then the socket closes: the client sees an incomplete chunked body.
             handler.wfile.write(b"ff\r\nevent: content_bl")

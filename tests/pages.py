@@ -5,6 +5,7 @@ from streamlit.testing.v1 import AppTest
 
 from lib.web import ui
 from lib.config import Settings
+from lib.turn.worker import wait_all_idle
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
 DEV = "dev@localhost"
@@ -49,7 +50,22 @@ def button(at, label):
     return found
 
 
-def send(at, text):
-    at.chat_input[0].set_value(text).run()
+def generations():
+    """This process's registry of answers being written (the one the pages use)."""
+    return ui.generations(Settings.load())
+
+
+def settle(at):
+    """Wait for every answer being written to be saved, then run the page again (a watching tab's fragment
+    would do the same within a poll)."""
+    assert wait_all_idle(30), "an answer is still being written after 30 s"
+    at.run()
     assert not at.exception, at.exception
     return at
+
+
+def send(at, text, wait=True):
+    """Send a question; with `wait`, the page as it is once the answer is saved."""
+    at.chat_input[0].set_value(text).run()
+    assert not at.exception, at.exception
+    return settle(at) if wait else at

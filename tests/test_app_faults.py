@@ -1,9 +1,12 @@
 """Faults seen through the page: the user gets a clear message, and neither question nor answer is lost."""
+import time
+
 import pytest
 
+from lib.turn.live import SAVING
 from tests.fake_anthropic import Behaviour
 from tests.faults import Faults
-from tests.pages import DEV, button, new_browser, send, services, shown_text
+from tests.pages import DEV, button, generations, new_browser, send, services, settle, shown_text
 
 pytestmark = pytest.mark.usefixtures("app_env", "no_backoff_sleep")
 
@@ -18,20 +21,25 @@ class TestDatabaseFaults:
     def test_a_send_throttled_past_retries_keeps_the_question_and_says_so(self):
         at = new_browser()
         Faults(services().database.client).fail("TransactWriteItems", "ThrottlingException", times=5)
-        send(at, "please keep me")
+        send(at, "please keep me", wait=False)
         assert "nothing was lost" in at.error[0].value
         assert at.text_area[0].value == "please keep me"
         assert services().store.list_sessions(DEV).items == []
 
-    def test_a_failed_finish_keeps_the_answer_on_screen_and_saves_it_on_the_next_run(self):
+    def test_a_failed_finish_keeps_the_answer_on_screen_and_the_worker_saves_it_on_its_next_attempt(self):
         at = new_browser()
-        # 5 attempts for the save after streaming, 5 more for the retry on the rerun that follows it
+        # 5 attempts for the save after streaming, 5 more for the worker's second try; the third succeeds
         Faults(services().database.client).fail("UpdateItem", "ThrottlingException", times=10)
-        send(at, "answer me")
+        send(at, "answer me", wait=False)
+        (live,) = generations().active(DEV)
+        deadline = time.monotonic() + 10
+        while live.status != SAVING and time.monotonic() < deadline:
+            time.sleep(0.02)
+        at.run()
         assert "not saved yet" in at.warning[0].value
         assert "demo model" in shown_text(at.chat_message[1])
         assert stored()[0].status == "pending"
-        at.run()
+        settle(at)
         assert not at.warning and stored()[0].status == "done"
         assert "out tokens" in at.chat_message[1].caption[0].value
 
@@ -42,14 +50,14 @@ class TestModelFaults:
         at = send(new_browser(), "are you there?")
         assert "overloaded" in at.warning[0].value
         assert [(m.status, m.output_body) for m in stored()] == [("failed", "")]
-        button(at, "Retry").click().run()
+        settle(button(at, "Retry").click().run())
         assert [(m.status, m.output_body) for m in stored()] == [("done", "Hello from the fake model.")]
 
     def test_a_drop_after_the_last_token_keeps_the_whole_text_then_retry_finishes(self, fake_model):
         fake_model.enqueue(Behaviour("drop", chunks=["Every ", "token ", "arrived."]))
         at = send(new_browser(), "almost")
         assert [(m.status, m.output_body) for m in stored()] == [("failed", "Every token arrived.")]
-        button(at, "Retry").click().run()
+        settle(button(at, "Retry").click().run())
         assert not at.exception and stored()[0].status == "done"
 
 
@@ -87,6 +95,6 @@ class TestProcessDeath:
         at = new_browser(session=session_id)
         assert at.chat_message[0].markdown[0].value == "did my question survive?"
         assert "Interrupted" in at.warning[0].value
-        button(at, "Retry").click().run()
+        settle(button(at, "Retry").click().run())
         (message,) = services().store.open_session(DEV, session_id).messages
         assert message.status == "done" and "demo model" in message.output_body

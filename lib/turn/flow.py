@@ -1,10 +1,11 @@
-"""What the chat page does around a turn, kept out of the page: the first turn's title, a save that failed
-and is tried again, and the note that says how much earlier context the model saw.
+"""What the chat page does around a turn, kept out of the page: the first turn's title, and the note that says
+how much earlier context the model saw.
 
 No Streamlit here: the page passes its state in and renders what comes back.
 """
 from __future__ import annotations
 
+import re
 from collections import OrderedDict
 
 from lib import logs
@@ -34,19 +35,14 @@ def title_first_turn(store: ChatStore, model: ChatModel, ledger: Ledger | None, 
         return None
 
 
-def save_again(turn: Turn) -> Message | None:
-    """Retry the save of an answer whose first save failed (DynamoDB throttled past retries); None: still unsaved."""
-    return turn.close()
-
-
-def context_note(turn: Turn) -> str | None:
-    """Said under the answer when the token budget left earlier turns out, so nothing is dropped silently."""
-    if getattr(turn.context, "note", None):  # the context loader says what it summarised or left out
-        return turn.context.note
-    earlier = turn.session.message_count - 1
-    if earlier > turn.context.turns_included:
-        return f"sent with the newest {turn.context.turns_included} of {earlier} earlier turns (token budget)"
-    return None
+def context_note(context) -> str | None:
+    """The loader's sentence under the answer (what was summarised or left out), or None when the model saw
+    every earlier turn. Singulars are fixed here: the loader says '1 earlier turns'."""
+    note = getattr(context, "note", None)
+    if not note:
+        return None
+    note = re.sub(r"\bof 1 earlier turns\b", "of 1 earlier turn", note)
+    return re.sub(r"\b1 earlier turns were\b", "1 earlier turn was", note)
 
 
 class ContextNotes:

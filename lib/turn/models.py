@@ -91,6 +91,15 @@ class Reply:
         finally:
             self.ended_at = keys.now()
 
+    def close(self) -> None:
+        """Close the model's stream (the anthropic SDK's HTTP response) so no more output is sent or paid for.
+
+        Call it from the thread that iterated, after the iteration stopped: a generator cannot be closed
+        while another thread is inside it."""
+        close = getattr(self._source, "close", None)
+        if close is not None:
+            close()
+
 
 class ChatModel(Protocol):
     name: str

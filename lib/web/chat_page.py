@@ -5,26 +5,27 @@ turn in lib.turn.flow; this module only draws and routes clicks.
 """
 from __future__ import annotations
 
-import time
-
 import streamlit as st
 
-from lib.errors import ChatError, ModelError
+from lib.context.cache import cache_in
+from lib.context.engine import ContextEngine
+from lib.errors import ChatError
 from lib.storage.itemsize import ITEM_LIMIT_BYTES
-from lib.storage.records import DONE, FAILED, Message
-from lib.turn.flow import ContextNotes, context_note, save_again, title_first_turn
+from lib.storage.records import DONE, FAILED, PENDING, Message
+from lib.turn.flow import ContextNotes, context_note, title_first_turn
 from lib.turn.turns import Turn, begin_turn, retry_turn
-from lib.web import export, turn_view, ui
+from lib.web import export, live_view, turn_view, ui
 from lib.web.bootstrap import PageStart
 from lib.web.render import plain_label
-from lib.web.stream_render import render_markdown, stream_markdown
+from lib.web.stream_render import render_markdown
 
 SUGGESTIONS = ["How should I design a DynamoDB table for chat history?",
                "Draft a short email asking my team for a decision by Friday",
                "Explain this Python error: KeyError: 'user_id'"]
 RENAME_POPOVER = "rename-popover"
-STREAMING = "streaming_message"  # the turn this browser session's run is streaming, until it is saved
-STOPPING_WAIT_S = 5.0
+COMPOSER = "composer"
+TYPE_AHEAD = "type_ahead"  # set when a question was refused because this chat's answer is still coming
+AFTER_SAVE = "after_save"  # message id -> session id: turns whose post-save work (a summary) may still land
 
 
 class ChatPage:
@@ -33,17 +34,46 @@ class ChatPage:
         self.settings, self.store, self.model, self.ledger = \
             start.svc.settings, start.svc.store, start.svc.model, start.svc.ledger
         self.view = ui.chat_view(self.me.user_id)
+        self.generations = ui.generations(self.settings)
+        self.engine = ContextEngine.from_services(start.svc)
+        self.cache = cache_in(st.session_state)
         self.notes: ContextNotes = st.session_state.setdefault("context_notes", ContextNotes())
         self.welcome = None
         self.suggested: str | None = None
 
     # --- state --------------------------------------------------------------------------------------
-    def save_unsaved(self) -> None:
-        """A turn whose save failed (DynamoDB throttled past retries) is saved again on every run."""
-        unsaved: Turn | None = st.session_state.get("unsaved")
-        if unsaved is not None and save_again(unsaved) is not None:
-            self.view.saved(unsaved.saved)
-            del st.session_state["unsaved"]
+    def sync_live(self) -> None:
+        """Apply what this process's workers saved to the loaded turns (no request: the worker has the item)."""
+        for m in self.view.messages:
+            if m.status != PENDING:
+                continue
+            live = self.generations.get(m.message_id)
+            if live is not None and live.saved is not None:
+                self.view.saved(live.saved)
+                if live.renamed is not None:
+                    self.view.renamed(live.renamed)
+                if live.context is not None:
+                    self.notes.add(m.message_id, context_note(live.context))
+                st.session_state.setdefault(AFTER_SAVE, {})[m.message_id] = live.session_id
+        pending: dict = st.session_state.get(AFTER_SAVE, {})
+        for message_id, session_id in list(pending.items()):
+            live = self.generations.get(message_id)
+            if live is None or live.wait(0):
+                del pending[message_id]
+                if live is not None and live.summary is not None and session_id == self.view.open_id:
+                    self.view.summary = live.summary  # the next question's context has the new summary
+
+    def writing_here(self) -> bool:
+        """True while an answer in the open chat is still coming (here, in another tab, or another process)."""
+        for m in self.view.messages:
+            if m.status != PENDING:
+                continue
+            live = self.generations.get(m.message_id)
+            if live is not None and live.saved is None:
+                return True
+            if live is None and not m.is_stale(self.settings.pending_timeout_s):
+                return True
+        return False
 
     def load(self) -> None:
         """Reads only on a new browser session, navigation, or 'load more'."""
@@ -160,39 +190,39 @@ class ChatPage:
             self.answer(m)
 
     def answer(self, m: Message) -> None:
-        unsaved: Turn | None = st.session_state.get("unsaved")
-        if unsaved is not None and unsaved.message.message_id == m.message_id:
-            render_markdown(st, unsaved.text)
-            st.warning(f"Shown but not saved yet: {unsaved.save_error} Saving is retried on your next click.",
-                       icon=":material/save:")
-            st.button("Try saving again", key=f"save-{m.message_id}")  # any rerun retries the save
+        live = self.generations.get(m.message_id) if m.status == PENDING else None
+        if live is not None and live.saved is None:
+            live_view.follow(m, live, self.generations.stop)
             return
+        if live is not None:
+            m = live.saved  # saved since this run began
         render_markdown(st, m.output_body)
         if m.status == DONE:
             self._answer_footer(m)
             return
         if m.status == FAILED or m.is_stale(self.settings.pending_timeout_s):
             reason = m.error if m.status == FAILED else \
-                "Interrupted: the answer never finished (the app stopped or the tab closed)."
+                "Interrupted: the answer never finished (the app stopped before it could save it)."
             st.warning(reason, icon=":material/error:")
             if st.button("Retry", key=f"retry-{m.message_id}", icon=":material/refresh:"):
-                with ui.errors_shown():
-                    turn = retry_turn(self.store, self.model, self.me.user_id, self.view.session, m,
-                                      self.view.messages, budget_tokens=self.settings.context_tokens,
-                                      ledger=self.ledger)
-                    self.view.saved(turn.message)
-                    self.stream(turn)
-                    st.rerun()
+                self.retry(m)
             return
-        if self._wait_for_stopping_run(m):
-            with ui.errors_shown():
-                self.view.navigate(self.store, self.view.open_id)  # 1 Query: the turn as that run saved it
-                st.rerun()
-        st.info("The answer is still being written (in another tab or window).", icon=":material/hourglass_top:")
+        st.info("The answer is still being written (by another copy of the app). It shows here once it is saved.",
+                icon=":material/hourglass_top:")
         if st.button("Refresh", key=f"refresh-{m.message_id}"):
             with ui.errors_shown():
                 self.view.navigate(self.store, self.view.open_id)
                 st.rerun()
+
+    def retry(self, m: Message) -> None:
+        with ui.errors_shown():
+            self.generations.admit(self.me.user_id)
+            turn = retry_turn(self.store, self.model, self.me.user_id, self.view.session, m, self.view.messages,
+                              budget_tokens=self.settings.context_tokens, ledger=self.ledger,
+                              engine=self.engine, cache=self.cache, summary=self.view.summary)
+            self.view.saved(turn.message)
+            self.start(turn, first=False)
+            st.rerun()
 
     def _answer_footer(self, m: Message) -> None:
         details = [f"{m.input_token:,} in · {m.output_token:,} out tokens"]
@@ -213,75 +243,44 @@ class ChatPage:
             with ui.errors_shown():
                 self.view.saved(self.store.set_feedback(self.me.user_id, m, value))
 
-    # --- a turn, streamed ---------------------------------------------------------------------------
-    def stream(self, turn: Turn) -> None:
-        """Stream the answer block by block, then save it once, whatever ended the stream (lib.turn.turns)."""
-        st.session_state[STREAMING] = turn.message.message_id
-        try:
-            stream_markdown(st.container(), turn)
-        except ModelError:
-            pass  # turn.error holds the sentence for the user; close() saves the partial answer as failed
-        finally:
-            saved = turn.close()
-            if saved is not None:
-                self.view.saved(saved)
-            else:
-                st.session_state["unsaved"] = turn
-            if st.session_state.get(STREAMING) == turn.message.message_id:
-                del st.session_state[STREAMING]
-        self.notes.add(turn.message.message_id, context_note(turn))
+    # --- a turn, generated by a worker ----------------------------------------------------------------
+    def start(self, turn: Turn, *, first: bool) -> None:
+        """Hand the committed turn to this process's worker; the page only watches it from here on.
 
-    @staticmethod
-    def _wait_for_stopping_run(m: Message) -> bool:
-        """True once this browser's previous run, interrupted mid-stream, has saved `m`.
+        The worker gets what the post-save work needs (the engine, this browser session's ContextCache, the
+        turns and summary the page had), never st.session_state itself: it runs after this run is gone."""
+        user, engine, cache, summary = self.me.user_id, self.engine, self.cache, self.view.summary
+        history = list(self.view.messages)
+        store, model, ledger = self.store, self.model, self.ledger
 
-        A click during a stream starts the next run at once, while the interrupted one is still stopping
-        (it notices at its next Streamlit call, then saves the partial answer): a pending turn that this
-        browser session is streaming is worth a short wait, not a 'still being written' notice.
-        """
-        if st.session_state.get(STREAMING) != m.message_id:
-            return False  # another tab or device is answering it, or a crashed process left it
-        deadline = time.monotonic() + STOPPING_WAIT_S
-        while st.session_state.get(STREAMING) == m.message_id:
-            if time.monotonic() > deadline:
-                return False
-            time.sleep(0.05)
-        return True
+        def title(t: Turn):
+            return title_first_turn(store, model, ledger, user, t, t.message.input_body)
+
+        def after_save(saved: Message, live) -> None:
+            turns = [saved if m.message_id == saved.message_id else m for m in history]
+            live.summary = engine.summarize_after_save(user, turn.session, turns, summary).summary
+            engine.extract_memories_after_save(cache, user, saved)
+
+        self.generations.start(turn, title=title if first else None, after_save=after_save)
 
     def ask(self, question: str) -> None:
         if not question.strip():
             return  # an empty or whitespace-only question is ignored
         first = self.view.session is None
-        # A follow-up in the chat already at the top of the sidebar changes nothing drawn above it: its
-        # footer is drawn in place instead of rerunning the page (a rerun re-sends every turn on screen).
-        top = self.view.sidebar[0] if self.view.sidebar else None
-        on_top = (not first and top is not None and top.session_id == self.view.open_id
-                  and ui.day_group(top.last_message_time) == "Today")  # its sidebar heading stays the same
-        if self.welcome is not None:
-            self.welcome.empty()  # the suggestions make way for the conversation
         with ui.errors_shown():
             try:
+                self.generations.admit(self.me.user_id)
                 turn = begin_turn(self.store, self.model, self.me.user_id, self.view.session, question,
                                   self.view.messages, system_prompt_id=self.settings.system_prompt_id,
-                                  budget_tokens=self.settings.context_tokens, ledger=self.ledger)
+                                  budget_tokens=self.settings.context_tokens, ledger=self.ledger,
+                                  engine=self.engine, cache=self.cache, summary=self.view.summary)
             except ChatError:
                 st.session_state["unsent"] = question  # nothing typed is lost
                 raise
             self.view.committed(turn.session, turn.message)
             st.query_params["session"] = turn.session.session_id
-            with st.chat_message("user"):
-                turn_view.question(turn.message)
-            with st.chat_message("assistant"):
-                self.stream(turn)
-                in_place = on_top and turn.saved is not None and turn.saved.status == DONE
-                if in_place:
-                    self._answer_footer(turn.saved)
-            if first:
-                renamed = title_first_turn(self.store, self.model, self.ledger, self.me.user_id, turn, question)
-                if renamed is not None:
-                    self.view.renamed(renamed)
-            if not in_place:
-                st.rerun()
+            self.start(turn, first=first)
+            st.rerun()
 
     # --- the empty page and the composer ------------------------------------------------------------
     def not_found(self) -> None:
@@ -311,7 +310,10 @@ class ChatPage:
                     st.rerun()
 
     def composer(self) -> None:
-        question = st.chat_input("Ask anything…") or self.suggested
+        if st.session_state.pop(TYPE_AHEAD, False):
+            st.info("Not sent yet: the answer above is still being written. Your message is kept in the box; "
+                    "send it once the answer is finished, or Stop the answer first.", icon=":material/schedule:")
+        question = st.chat_input("Ask anything…", key=COMPOSER, on_submit=self._refuse_type_ahead) or self.suggested
         if question:
             st.session_state.pop("unsent", None)
             self.ask(question)
@@ -322,3 +324,13 @@ class ChatPage:
             if st.button("Dismiss"):
                 del st.session_state["unsent"]
                 st.rerun()
+
+    def _refuse_type_ahead(self) -> None:
+        """Type-ahead in a chat whose answer is still coming is refused, the text put back in the box (README:
+        a queued question would live only in this tab until sent, and would be answered without seeing the
+        answer it follows). Runs before the page, so the box can be refilled."""
+        self.sync_live()
+        if self.writing_here():
+            text = st.session_state.get(COMPOSER)
+            st.session_state[COMPOSER] = text if isinstance(text, str) else getattr(text, "text", "")
+            st.session_state[TYPE_AHEAD] = True

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from lib.errors import SessionNotFound
-from lib.storage.records import Message, Session, SessionSummary
+from lib.storage.records import Message, Session, SessionSummary, Summary
 from lib.storage.store import ChatStore
 
 
@@ -25,6 +25,7 @@ class ChatView:
     messages: list[Message] = field(default_factory=list)  # oldest first
     older_cursor: str | None = None
     not_found: str | None = None  # an id the URL asked for that is not the user's
+    summary: Summary | None = None  # the open chat's running summary (read by the same Query as its turns)
 
     def ensure_sidebar(self, store: ChatStore) -> None:
         if self.sidebar is None:
@@ -41,6 +42,7 @@ class ChatView:
     def navigate(self, store: ChatStore, session_id: str | None) -> None:
         """Show `session_id` (1 Query) or, for None, a new chat (no request)."""
         self.open_id, self.session, self.messages, self.older_cursor, self.not_found = None, None, [], None, None
+        self.summary = None
         if session_id is None:
             return
         try:
@@ -48,8 +50,8 @@ class ChatView:
         except SessionNotFound:
             self.not_found = session_id
             return
-        self.open_id, self.session, self.messages, self.older_cursor = \
-            session_id, view.session, view.messages, view.cursor
+        self.open_id, self.session, self.messages, self.older_cursor, self.summary = \
+            session_id, view.session, view.messages, view.cursor, view.summary
 
     def load_earlier(self, store: ChatStore) -> None:
         view = store.open_session(self.user_id, self.open_id, cursor=self.older_cursor)

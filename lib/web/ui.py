@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+from pathlib import Path
 from typing import Iterator
 
 import streamlit as st
@@ -13,6 +14,7 @@ from lib.web.chat_view import ChatView
 from lib.config import Settings
 from lib.errors import ChatError, ConfigError, NotAuthenticated, StoreUnavailable
 from lib.services import Services, build_services
+from lib.turn.worker import Generations
 
 
 @st.cache_resource(show_spinner="Starting the chat database…")
@@ -20,14 +22,39 @@ def _services(settings: Settings) -> Services:
     return build_services(settings)
 
 
+NOT_CONFIGURED = "The app is not configured correctly."
+
+
 def services() -> Services:
-    """Settings and services for this process; a configuration problem stops the page with its explanation."""
+    """Settings and services for this process; a start-up problem stops the page with its explanation."""
     try:
         return _services(Settings.load())
-    except (ConfigError, StoreUnavailable) as exc:
-        st.error(f"**The app is not configured correctly.** {exc}", icon=":material/settings:")
+    except ConfigError as exc:
+        st.error(f"**{NOT_CONFIGURED}** {exc}", icon=":material/settings:")
         st.stop()
         raise  # unreachable: st.stop() raises
+    except StoreUnavailable as exc:  # a damaged local database or an unreachable table: its own heading
+        st.error(f"**{NOT_CONFIGURED}**\n\n**The chat database cannot be opened.** {exc}", icon=":material/database:")
+        st.stop()
+        raise
+
+
+@st.cache_resource
+def _generations(per_user: int, per_process: int, unwatched_stop_s: float, pending_timeout_s: float,
+                 redis_url: str) -> Generations:
+    hot = None
+    if redis_url:
+        from lib.hot.tier import HotTier
+
+        hot = HotTier.connect(redis_url, ttl_s=pending_timeout_s)
+    return Generations(per_user=per_user, per_process=per_process, unwatched_stop_s=unwatched_stop_s,
+                       save_deadline_s=pending_timeout_s, hot=hot)
+
+
+def generations(settings: Settings) -> Generations:
+    """The process's registry of answers being written (lib.turn.worker): shared by every tab it serves."""
+    return _generations(settings.max_generations_per_user, settings.max_generations, settings.unwatched_stop_s,
+                        settings.pending_timeout_s, settings.redis_url)
 
 
 # Our own constant CSS (never user or model text): left-align the chat list like any chat app.
@@ -51,7 +78,14 @@ def apply_style() -> None:
 def page_links() -> None:
     """The app's own navigation (Streamlit's automatic one would list the entry script as 'app')."""
     st.page_link("app.py", label="Chat", icon=":material/chat:")
-    st.page_link("pages/cost.py", label="Usage & cost", icon=":material/payments:")
+    for path, label, icon in _PAGES:
+        if (_ROOT / path).exists():  # a page being built elsewhere is linked once its file is there
+            st.page_link(path, label=label, icon=icon)
+
+
+_ROOT = Path(__file__).resolve().parents[2]
+_PAGES = [("pages/search.py", "Search", ":material/search:"), ("pages/memory.py", "Memory", ":material/psychology:"),
+          ("pages/cost.py", "Usage & cost", ":material/payments:")]
 
 
 def request_headers() -> identity.Headers:

@@ -1,0 +1,192 @@
+"""Generations: the per-process registry of answers being written, each by its own worker thread.
+
+The page commits the question (1 transaction), then hands the Turn to `start`: from there the model stream
+belongs to the worker, not to the Streamlit script run. A rerun, a click elsewhere, another chat or a closed
+tab never touch it; pages read its LiveAnswer. When the stream ends the worker saves the turn once (finish or
+fail: 1 UpdateItem, usage into the ledger), then does the post-save work (title, summary, memories).
+
+A worker that dies with its process leaves the turn pending: after CHAT_PENDING_TIMEOUT_S the page shows it
+as interrupted, with Retry, as before. One instance per process (`st.cache_resource` in lib.web.ui).
+"""
+from __future__ import annotations
+
+import threading
+import time
+import weakref
+from typing import Callable
+
+from lib import logs
+from lib.errors import ChatError, ModelError
+from lib.storage.records import DONE, Message
+from lib.turn.live import SAVING, SAVED, LiveAnswer
+from lib.turn.turns import STOPPED, Turn
+
+UNWATCHED = "Stopped: no open page showed this answer for {seconds:g} s (CHAT_UNWATCHED_STOP_S)."
+CRASHED = "The answer failed because of an error in the app (it is logged). Press Retry."
+SAVE_RETRY_S = 2.0  # a save throttled past botocore's retries is tried again this often
+KEEP_S = 120.0  # a finished LiveAnswer stays findable this long, for tabs that were following it
+
+AfterSave = Callable[[Message, LiveAnswer], None]
+
+
+class GenerationLimit(ChatError):
+    """Too many answers being written at once (per user or per process): nothing was committed."""
+
+
+class Generations:
+    _instances: "weakref.WeakSet[Generations]" = weakref.WeakSet()
+
+    def __init__(self, *, per_user: int = 3, per_process: int = 100, unwatched_stop_s: float = 0.0,
+                 save_deadline_s: float = 300.0, save_retry_s: float = SAVE_RETRY_S, hot=None):
+        self.per_user, self.per_process = per_user, per_process
+        self.unwatched_stop_s = unwatched_stop_s
+        self.save_deadline_s, self.save_retry_s = save_deadline_s, save_retry_s
+        self.hot = hot  # lib.hot.HotTier or None: live text and status mirrored for other replicas
+        self._lock = threading.Lock()
+        self._live: dict[str, LiveAnswer] = {}
+        self._threads: dict[str, threading.Thread] = {}
+        self._ended: dict[str, float] = {}
+        Generations._instances.add(self)
+
+    # --- what pages ask -----------------------------------------------------------------------------
+    def get(self, message_id: str) -> LiveAnswer | None:
+        with self._lock:
+            return self._live.get(message_id)
+
+    def active(self, user_id: str | None = None) -> list[LiveAnswer]:
+        """Answers still streaming or saving (for one user, or all)."""
+        with self._lock:
+            return [a for a in self._live.values()
+                    if a.status != SAVED and not a._done.is_set() and (user_id is None or a.user_id == user_id)]
+
+    def admit(self, user_id: str) -> None:
+        """Raise GenerationLimit (a sentence for the user) if one more answer would pass a cap; call before
+        committing the question, so a refused question is never half-sent. Two tabs admitted at the same
+        instant can pass a cap by one: the caps bound load, they are not a quota."""
+        mine = len(self.active(user_id))
+        if mine >= self.per_user:
+            raise GenerationLimit(f"You already have {mine} answer{'' if mine == 1 else 's'} being written (the most at once is "
+                                  f"{self.per_user}). Wait for one to finish or stop one, then send again.")
+        if len(self.active()) >= self.per_process:
+            raise GenerationLimit("The app is writing as many answers as it can right now. "
+                                  "Send again in a moment.")
+
+    def stop(self, message_id: str, reason: str = STOPPED) -> bool:
+        """Stop a live answer: the worker closes the model stream at its next chunk and saves it as stopped."""
+        live = self.get(message_id)
+        return live is not None and live.request_stop(reason)
+
+    # --- the worker ---------------------------------------------------------------------------------
+    def start(self, turn: Turn, *, title: Callable[[Turn], object] | None = None,
+              after_save: AfterSave | None = None) -> LiveAnswer:
+        """Run the turn's model stream in a worker thread; returns its LiveAnswer at once."""
+        live = LiveAnswer(turn.user_id, turn.session.session_id, turn.message.message_id, context=turn.context)
+        thread = threading.Thread(target=self._run, args=(turn, live, title, after_save), daemon=True,
+                                  name=f"generation-{turn.message.message_id}")
+        with self._lock:
+            self._prune()
+            self._live[live.message_id] = live
+            self._threads[live.message_id] = thread
+        if self.hot is not None:
+            self.hot.begin(live)
+        thread.start()
+        return live
+
+    def _run(self, turn: Turn, live: LiveAnswer, title, after_save: AfterSave | None) -> None:
+        started = time.monotonic()
+        try:
+            self._stream(turn, live)
+            saved = self._save(turn, live, started)
+            if saved is not None:
+                if title is not None and saved.status == DONE:
+                    live.renamed = _quietly("title", lambda: title(turn))
+                live.finish(saved)
+                if self.hot is not None:
+                    self.hot.saved(live)
+                if after_save is not None:
+                    _quietly("after_save", lambda: after_save(saved, live))
+        finally:
+            live.done()
+            with self._lock:
+                self._ended[live.message_id] = time.monotonic()
+                self._threads.pop(live.message_id, None)
+
+    def _stream(self, turn: Turn, live: LiveAnswer) -> None:
+        """Iterate the model stream into the live buffer until it ends, fails, or is stopped."""
+        chunks = iter(turn)
+        hot_every, hot_at = 0.25, 0.0
+        try:
+            for chunk in chunks:
+                live.append(chunk)
+                if live.stopping:
+                    break
+                if self.unwatched_stop_s and time.monotonic() - live.watched_at > self.unwatched_stop_s:
+                    live.request_stop(UNWATCHED.format(seconds=self.unwatched_stop_s))
+                    break
+                if self.hot is not None and time.monotonic() >= hot_at:
+                    self.hot.progress(live)  # at most four writes a second, whatever the chunk rate
+                    hot_at = time.monotonic() + hot_every
+        except ModelError:
+            pass  # turn.error holds the sentence for the user; the partial answer is saved as failed
+        except Exception as exc:  # a bug: the turn still ends failed (with Retry) rather than pending forever
+            logs.error("generation_crashed", message_id=live.message_id, error_class=type(exc).__name__)
+            turn.error = CRASHED
+        finally:
+            # Closing the Turn's generator closes the Reply's; closing the Reply's source closes the SDK's
+            # stream, i.e. the HTTP response: the model stops sending (and billing) output.
+            chunks.close()
+            if turn.reply is not None:
+                turn.reply.close()
+            live.stream_closed_at = time.monotonic()
+        if live.stopping:
+            turn.error = live.stop_reason or STOPPED
+
+    def _save(self, turn: Turn, live: LiveAnswer, started: float) -> Message | None:
+        """turn.close() (1 UpdateItem), again every few seconds while DynamoDB refuses, within the pending timeout."""
+        saved = turn.close()
+        while saved is None:
+            live.status, live.save_error = SAVING, str(turn.save_error)
+            logs.warning("save_retry", message_id=live.message_id, error_class=type(turn.save_error).__name__)
+            if time.monotonic() - started > self.save_deadline_s:
+                logs.error("save_given_up", message_id=live.message_id)
+                return None  # the turn stays pending: pages show it interrupted, with Retry
+            time.sleep(self.save_retry_s)
+            saved = turn.close()
+        return saved
+
+    # --- housekeeping -------------------------------------------------------------------------------
+    def _prune(self) -> None:
+        now = time.monotonic()
+        for message_id, ended in list(self._ended.items()):
+            if now - ended > KEEP_S:
+                self._live.pop(message_id, None)
+                del self._ended[message_id]
+
+    def wait_idle(self, timeout: float = 30.0) -> bool:
+        """Wait until no worker runs (tests, the benchmark, shutdown); False on timeout."""
+        deadline = time.monotonic() + timeout
+        while True:
+            with self._lock:
+                threads = list(self._threads.values())
+            if not threads:
+                return True
+            for thread in threads:
+                thread.join(max(0.0, deadline - time.monotonic()))
+            if time.monotonic() >= deadline:
+                with self._lock:
+                    return not self._threads
+
+
+def wait_all_idle(timeout: float = 30.0) -> bool:
+    """Every registry of this process idle (tests and the benchmark, which do not hold the page's instance)."""
+    deadline = time.monotonic() + timeout
+    return all(g.wait_idle(max(0.0, deadline - time.monotonic())) for g in list(Generations._instances))
+
+
+def _quietly(what: str, work: Callable[[], object]) -> object:
+    """Post-save work is worth a log line, never a lost answer: the turn is already saved."""
+    try:
+        return work()
+    except Exception as exc:
+        logs.warning("post_save_failed", step=what, error_class=type(exc).__name__)
+        return None

@@ -260,7 +260,7 @@ class TestSizeRule:
 
         from boto3.dynamodb.types import TypeSerializer
 
-        from lib.embedded.sizing import item_size as moto_size
+        from lib.storage.itemsize import item_size as moto_size
         from lib.storage.itemsize import item_size as wire_size
 
         wire = {name: TypeSerializer().serialize(value) for name, value in item.items()}  # keeps NULL

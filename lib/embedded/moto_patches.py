@@ -32,7 +32,7 @@ import threading
 from decimal import Decimal
 from typing import Any
 
-from lib.embedded.sizing import ITEM_LIMIT_BYTES, item_size
+from lib.storage.itemsize import ITEM_LIMIT_BYTES, item_size
 from lib.errors import ConfigError
 
 RESULT_SIZE_LIMIT = 1_000_000  # a Query page stops at 1 MB, as moto's own does
@@ -149,12 +149,7 @@ def apply() -> None:
                 original(self, transact_items)
             except Exception:
                 for table, hash_key, range_key, before in reversed(touched):
-                    table.delete_item(hash_key, range_key)
-                    if before is not None:
-                        if range_key is None:
-                            table.items[hash_key] = before
-                        else:
-                            table.items[hash_key][range_key] = before
+                    _put_back(table, hash_key, range_key, before)
                 raise
 
         _size_rule()
@@ -220,15 +215,20 @@ def _undo_refused_updates(backend_class: Any) -> None:
         try:
             return original(self, table_name, key, *args, **kwargs)
         except Exception:
-            table.delete_item(hash_key, range_key)
-            if before is not None:
-                if range_key is None:
-                    table.items[hash_key] = before
-                else:
-                    table.items[hash_key][range_key] = before
+            _put_back(table, hash_key, range_key, before)
             raise
 
     backend_class.update_item = update_item
+
+
+def _put_back(table: Any, hash_key: Any, range_key: Any, before: Any) -> None:
+    """Restore one item to its image before a refused write (None: it did not exist)."""
+    table.delete_item(hash_key, range_key)
+    if before is not None:
+        if range_key is None:
+            table.items[hash_key] = before
+        else:
+            table.items[hash_key][range_key] = before
 
 
 def _tables_on_disk(table_class: Any) -> None:

@@ -1,7 +1,10 @@
 """DynamoDB's item size rule (CAPACITY.md), on items in the wire format {"name": {"S": "..."}}.
 
-Used twice: the store refuses a write that would pass the 400 KB item limit
-before sending it, and the capacity model turns sizes into WRU/RRU.
+Used three times: the store refuses a write that would pass the 400 KB item limit
+before sending it, the capacity model turns sizes into WRU/RRU, and the embedded
+server checks its 400 KB limit on moto's own items (whose values carry `.type` and
+`.value`), so the emulator refuses exactly what DynamoDB refuses. One walk over the
+item: linear in its size.
 """
 from __future__ import annotations
 
@@ -35,9 +38,16 @@ def number_size(text: str) -> int:
     return 1 + math.ceil(len(int_part) / 2) + math.ceil(len(frac_part) / 2) + sign
 
 
-def value_size(value: Mapping[str, Any]) -> int:
-    """Size of one typed value, e.g. {"S": "abc"} -> 3."""
-    (kind, raw), = value.items()
+def _parts(value: Any) -> tuple[str, Any]:
+    if isinstance(value, Mapping):
+        (kind, raw), = value.items()
+        return kind, raw
+    return value.type, value.value  # moto's DynamoType, in the embedded server
+
+
+def value_size(value: Any) -> int:
+    """Size of one typed value, e.g. {"S": "abc"} -> 3 (or a moto DynamoType holding it)."""
+    kind, raw = _parts(value)
     if kind == "S":
         return _utf8(raw)
     if kind == "N":
@@ -51,7 +61,7 @@ def value_size(value: Mapping[str, Any]) -> int:
     if kind == "NS":
         return sum(number_size(n) for n in raw)
     if kind == "BS":
-        return sum(len(b) for b in raw)
+        return sum(len(b) if isinstance(b, (bytes, bytearray)) else len(base64.b64decode(b)) for b in raw)
     if kind == "L":
         return 3 + sum(1 + value_size(v) for v in raw)
     if kind == "M":
@@ -59,6 +69,6 @@ def value_size(value: Mapping[str, Any]) -> int:
     raise ValueError(f"unknown DynamoDB type {kind!r}")
 
 
-def item_size(item: Mapping[str, Mapping[str, Any]]) -> int:
+def item_size(item: Mapping[str, Any]) -> int:
     """Sum over attributes of UTF-8 name bytes + value size; no per-item overhead."""
     return sum(_utf8(name) + value_size(value) for name, value in item.items())

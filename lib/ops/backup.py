@@ -20,6 +20,7 @@ from typing import Any
 from lib.config import Settings
 from lib.embedded.disk import FILE_NAME, FORMAT_VERSION, Disk
 from lib.errors import ConfigError, StoreUnavailable
+from lib.storage.gateway import Gateway
 
 MEMORY = ":memory:"
 
@@ -137,11 +138,12 @@ def export_table(settings: Settings, out: str | os.PathLike) -> str:
     if out.exists():
         raise CommandError(f"{out} already exists: choose a new file name (an export never overwrites one).")
     database = open_database(settings)
+    db = Gateway(database.client, database.table, database.meter)
     partial = out.with_name(out.name + ".partial")
     count = 0
     with partial.open("w", encoding="utf-8") as lines:
-        for page in database.client.get_paginator("scan").paginate(TableName=database.table, ConsistentRead=True):
-            for item in page["Items"]:
+        for page in db.scan_pages(ConsistentRead=True):
+            for item in page:
                 lines.write(json.dumps({"Item": item}, ensure_ascii=False) + "\n")
                 count += 1
         lines.flush()
@@ -182,14 +184,14 @@ def read_export(path: str | os.PathLike) -> list[dict]:
 def import_table(settings: Settings, path: str | os.PathLike, merge: bool = False) -> str:
     """Put every item of an export file into the configured table; an empty table unless --merge."""
     from lib.storage.database import open_database
-    from lib.storage.gateway import Gateway
 
     items = read_export(path)
     database = open_database(settings)
-    if not merge and database.client.scan(TableName=database.table, Limit=1).get("Items"):
+    db = Gateway(database.client, database.table, database.meter)
+    if not merge and db.call("scan", Limit=1).get("Items"):
         raise CommandError(f"Table '{database.table}' ({database.where}) already holds items; an import replaces "
                            "items with the same keys. Add --merge to import into it anyway.")
-    written = Gateway(database.client, database.table, database.meter).batch_write(puts=items)
+    written = db.batch_write(puts=items)
     return f"Imported {written:,} items from {path} into {database.where} (table '{database.table}')."
 
 

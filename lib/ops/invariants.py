@@ -177,10 +177,6 @@ def check_all(db: Gateway, *, pending_timeout_s: float = 300, at: dt.datetime | 
 
 def _scan(db: Gateway, **params: Any) -> Iterable[dict]:
     names = {**_NAMES, **params.pop("ExpressionAttributeNames", {})}
-    while True:
-        response = db.call("scan", ConsistentRead=True, ProjectionExpression=_PROJECTION,
-                           ExpressionAttributeNames=names, **params)
-        yield from (from_item(i) for i in response.get("Items", []))
-        if "LastEvaluatedKey" not in response:
-            return
-        params["ExclusiveStartKey"] = response["LastEvaluatedKey"]
+    for page in db.scan_pages(ConsistentRead=True, ProjectionExpression=_PROJECTION, ExpressionAttributeNames=names,
+                              **params):
+        yield from (from_item(i) for i in page)

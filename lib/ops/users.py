@@ -11,7 +11,7 @@ import json
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Iterator
 
 from lib.ops.deletion import delete_sessions, user_partition
 from lib.storage import keys
@@ -52,18 +52,13 @@ def summarize(db: Gateway, user_id: str) -> UserSummary:
 def rebuild_registry(db: Gateway) -> int:
     """Register every user who has a sidebar row (one Scan); returns how many were registered."""
     users: dict[str, str] = {}
-    params: dict[str, Any] = dict(FilterExpression="begins_with(sk, :p)", ProjectionExpression="pk, sk",
-                                  ExpressionAttributeValues=to_item({":p": keys.SESSION_PREFIX}))
-    while True:
-        response = db.call("scan", **params)
-        for item in map(from_item, response.get("Items", [])):
+    for page in db.scan_pages(FilterExpression="begins_with(sk, :p)", ProjectionExpression="pk, sk",
+                              ExpressionAttributeValues=to_item({":p": keys.SESSION_PREFIX})):
+        for item in map(from_item, page):
             owner = keys.parse_pk(item["pk"])
             if owner and owner[1] is None and keys.record_kind(item["sk"]) == keys.LIST_ROW:
                 first = keys.list_row_parts(item["sk"])[0]
                 users[owner[0]] = min(first, users.get(owner[0], first))
-        if "LastEvaluatedKey" not in response:
-            break
-        params["ExclusiveStartKey"] = response["LastEvaluatedKey"]
     for user_id, first in users.items():
         db.call("update_item", Key=to_item(keys.registry_key(user_id)),
                 UpdateExpression="SET user_id = :u, first_time = if_not_exists(first_time, :t)",

@@ -161,6 +161,15 @@ class Gateway:
                 return
             params["ExclusiveStartKey"] = response["LastEvaluatedKey"]
 
+    def scan_pages(self, **params: Any) -> Iterator[list[dict]]:
+        """The pages of a Scan of the whole table (operator commands only: billed on every item), wire format."""
+        while True:
+            response = self.call("scan", **params)
+            yield response.get("Items", [])
+            if "LastEvaluatedKey" not in response:
+                return
+            params["ExclusiveStartKey"] = response["LastEvaluatedKey"]
+
     def query_all(self, **params: Any) -> list[dict]:
         """Every item a Query matches, in wire format."""
         return [item for page in self.query_pages(**params) for item in page]

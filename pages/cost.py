@@ -77,6 +77,11 @@ with ui.errors_shown():
     if head.unknown_models:
         st.warning(f"Price unknown for {', '.join(head.unknown_models)}: their tokens are counted but not priced. "
                    "Add them to CHAT_MODEL_PRICES.", icon=":material/help:")
+    if head.vector_write_bytes or head.vector_search_bytes:
+        vector_price = ("price unknown: set CHAT_PRICE_VECTOR_WRITE_PER_GB and CHAT_PRICE_VECTOR_SEARCH_PER_GB"
+                        if head.vector_cost != head.vector_cost else f"{money(head.vector_cost)}, in DynamoDB above")
+        st.caption(f"Vector search is billed in bytes: {number(head.vector_write_bytes)} bytes written to the vector "
+                   f"index, {number(head.vector_search_bytes)} bytes searched ({vector_price}).")
     if head.dynamodb_requests and head.service_share == 0:
         st.caption("DynamoDB units are modeled from DynamoDB's published sizing rules: this backend "
                    f"({svc.database.where}) reports no trustworthy consumed capacity.")

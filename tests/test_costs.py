@@ -1,5 +1,7 @@
 """The cost page's figures as pure functions: CSV safety, readable units, categories, every day, the demo estimate."""
 import csv
+import dataclasses
+import math
 import io
 import json
 
@@ -121,7 +123,7 @@ class TestActions:
         assert costs.category_of("rename") == "Titles & edits" and costs.category_of("admin") == "Metering & admin"
 
     def test_an_action_it_does_not_know_is_other_under_its_own_name(self):
-        assert costs.category_of("index") == "Other" and costs.action_name("index") == "index"
+        assert costs.category_of("reshard") == "Other" and costs.action_name("reshard") == "reshard"  # "index" is known now
 
     def test_categories_have_distinct_colours_and_no_action_twice(self):
         assert len({c.colour for c in costs.CATEGORIES}) == len(costs.CATEGORIES)
@@ -135,14 +137,14 @@ DAYS = ["2026-11-01", "2026-11-02", "2026-11-03", "2026-11-04"]
 class TestDailyChart:
     def test_every_day_of_the_range_is_there_zero_days_too_by_category(self):
         buckets = [bucket({"n.send": 1, "wu.send": 2, "n.finish": 1, "wu.finish": 1, "n.open": 1, "ru.open": 4,
-                           "n.index": 1, "ru.index": 2}, day="2026-11-02"),
+                           "n.reshard": 1, "ru.reshard": 2}, day="2026-11-02"),
                    bucket({"n.send": 1, "wu.send": 8}, day="2026-11-04", user="ben@example.com")]
         frame = costs.daily_dynamodb_by_category(buckets, PRICES, DAYS)
         assert sorted(set(frame["day"])) == DAYS
         cost = frame.set_index(["day", "category"])["cost"]
         assert cost[("2026-11-02", "Chat writes")] == pytest.approx(3 * 0.625e-6)
         assert cost[("2026-11-02", "Chat reads")] == pytest.approx(4 * 0.125e-6)
-        assert cost[("2026-11-02", "Other")] == pytest.approx(2 * 0.125e-6)  # "index" is unknown: Other
+        assert cost[("2026-11-02", "Other")] == pytest.approx(2 * 0.125e-6)  # "reshard" is unknown: Other
         assert cost[("2026-11-04", "Chat writes")] == pytest.approx(8 * 0.625e-6)
         assert cost[("2026-11-01", "Chat writes")] == 0 and cost[("2026-11-03", "Chat reads")] == 0
         assert list(dict.fromkeys(frame["category"])) == ["Chat writes", "Chat reads", "Other"]  # only those used
@@ -233,3 +235,25 @@ class TestByUserAndModel:
         assert table["Model"].tolist() == ["demo (priced as claude-sonnet-4-6)", "mystery (price unknown)"]
         assert list(table.columns) == ["Model", "Calls", "Input tokens", "Output tokens", "Model $"]
         assert table["Model $"].iloc[0] == pytest.approx(3.0 + 10 * 15 / 1e6) and table["Model $"].isna().iloc[1]
+
+
+class TestVectorBytes:
+    """Seed 004: vector search and vector index writes are billed in bytes; an unknown price is unknown, never $0."""
+
+    BUCKETS = [Bucket("2026-11-02", "u-1", {"n.index": 2, "w.index": 4, "wu.index": 4, "vb.index": 5_000_000,
+                                            "n.search": 3, "vb.search": 2_000_000, "t.done": 1})]
+
+    def test_unknown_vector_prices_are_unknown(self):
+        head = costs.headline(self.BUCKETS, PRICES)
+        assert (head.vector_write_bytes, head.vector_search_bytes) == (5_000_000, 2_000_000)
+        assert math.isnan(head.vector_cost)
+        table = costs.by_action(self.BUCKETS, PRICES).set_index("Action")
+        assert table.loc["Search chats", "Vector bytes"] == 2_000_000 and math.isnan(table.loc["Search chats",
+                                                                                                 "Vector $"])
+
+    def test_known_vector_prices_are_in_the_dynamodb_cost(self):
+        prices = dataclasses.replace(PRICES, vector_write_per_gb=1.0, vector_search_per_gb=10.0)
+        head = costs.headline(self.BUCKETS, prices)
+        assert head.vector_cost == pytest.approx(0.005 + 0.02)
+        assert head.dynamodb_cost == pytest.approx(4 * 0.625 / 1e6 + 0.025)
+        assert costs.category_of("search") == costs.category_of("index") == "Search"

@@ -256,3 +256,21 @@ def test_an_existing_local_table_gets_the_vector_index_when_the_app_starts(serve
         assert (index["Dimensions"], index["IndexStatus"], index["Backfilling"]) == (256, "ACTIVE", False)
     finally:
         local_client(server).delete_table(TableName=name)
+
+
+def test_embedding_tokens_reach_the_ledger_free_locally_unknown_on_bedrock_until_priced(store, client, table, meter):
+    from lib.usage.pricing import Prices
+
+    ledger = Ledger(client, table, meter)
+    indexer = Indexer(Gateway(client, table, meter), LocalEmbedder(), ledger)
+    session, message = finished_chat(store, "u-1", *FACTS[0])
+    index_turn_after_save(indexer, "u-1", session.title, message)
+    (bucket,) = [b for b in ledger.pending() if b.user == "u-1"]
+    assert bucket.counters["tn|wordllama-l2_supercat-256"] == 1 and bucket.counters["ti|wordllama-l2_supercat-256"] > 0
+    assert Prices.from_settings(Settings.load({}, {}, for_operator=True)).model_price(
+        "wordllama-l2_supercat-256") == (0.0, 0.0)
+    bedrock = Settings.load({"CHAT_EMBED_PROVIDER": "bedrock"}, {}, for_operator=True)
+    assert Prices.from_settings(bedrock).model_price("us.cohere.embed-v4:0") is None
+    priced = Settings.load({"CHAT_EMBED_PROVIDER": "bedrock", "CHAT_PRICE_EMBED_PER_M": "0.12"}, {},
+                           for_operator=True)
+    assert Prices.from_settings(priced).model_price("us.cohere.embed-v4:0") == (0.12, 0.0)

@@ -43,31 +43,40 @@ class Indexer:
 
     db: Gateway
     embedder: Embedder
+    ledger: Any = None  # lib.usage.ledger.Ledger: embedding tokens, priced as the embed model (local: free)
+
+    def embed(self, user_id: str, texts: Sequence[str], kind: str = "document") -> list[list[float]]:
+        embedded = self.embedder.embed(texts, kind)  # type: ignore[arg-type]
+        if self.ledger is not None:
+            from lib.turn.models import Usage
+
+            self.ledger.record_tokens(user_id, self.embedder.model, Usage(input_tokens=embedded.tokens))
+        return embedded.vectors
 
     @property
     def vectors(self) -> VectorStore:
         return VectorStore(self.db)
 
-    def turn_vectors(self, title: str, messages: Sequence[Message]) -> list[TurnVector]:
+    def turn_vectors(self, user_id: str, title: str, messages: Sequence[Message]) -> list[TurnVector]:
         done = [m for m in messages if indexable(m)]
         if not done:
             return []
-        embedded = self.embedder.embed([turn_text(title, m) for m in done], "document")
+        vectors = self.embed(user_id, [turn_text(title, m) for m in done])
         return [TurnVector(m.session_id, m.message_id, title, snippet(m), m.create_time, self.embedder.model, v)
-                for m, v in zip(done, embedded.vectors)]
+                for m, v in zip(done, vectors)]
 
     def index_turns(self, user_id: str, title: str, messages: Sequence[Message]) -> int:
         """Embed and write the finished ones of these turns of one chat (BatchWriteItem); returns how many."""
         written = 0
         for start in range(0, len(messages), BATCH):
-            turns = self.turn_vectors(title, messages[start:start + BATCH])
+            turns = self.turn_vectors(user_id, title, messages[start:start + BATCH])
             if turns:
                 written += self.vectors.put_turns(user_id, turns)
         return written
 
     def index_memory(self, user_id: str, memory: Memory) -> bool:
         """Embed one memory onto its own item (conditional on its text: an edit in between wins)."""
-        vector = self.embedder.embed([memory.text], "document").vectors[0]
+        vector = self.embed(user_id, [memory.text])[0]
         return self.vectors.set_memory_vector(user_id, memory.memory_id, memory.text, self.embedder.model, vector)
 
 
@@ -78,7 +87,7 @@ def index_turn_after_save(indexer: Indexer | None, user_id: str, title: str, mes
     if indexer is None or not indexable(message):
         return False
     try:
-        turns = indexer.turn_vectors(title, [message])
+        turns = indexer.turn_vectors(user_id, title, [message])
         indexer.vectors.put_turn(user_id, turns[0])
         return True
     except ChatError as exc:  # the embedder or DynamoDB could not do it now
@@ -94,7 +103,8 @@ def make_indexer(services: Any) -> Indexer | None:
     embedder = make_embedder(services.settings)
     if embedder is None:
         return None
-    return Indexer(Gateway(services.database.client, services.database.table, services.database.meter), embedder)
+    return Indexer(Gateway(services.database.client, services.database.table, services.database.meter), embedder,
+                   services.ledger)
 
 
 # --- reindex ------------------------------------------------------------------------------------------------------

@@ -38,6 +38,7 @@ CATEGORIES = (
     Category("Chat reads", "#f58518", ("sidebar", "open", "export")),
     Category("Titles & edits", "#54a24b", ("rename", "title", "feedback")),
     Category("Context & memory", "#e45756", ("summary", "recall", "memory")),
+    Category("Search", "#72b7b2", ("index", "search")),
     Category("Metering & admin", "#b279a2", ("ledger", "admin")),
     Category(OTHER, "#9d9d9d", ("other",)),
 )
@@ -46,7 +47,8 @@ ACTION_NAMES = {
     "fail": "Save a failed or stopped answer", "retry": "Retry an answer", "sidebar": "Load the chat list",
     "open": "Open a chat", "export": "Export a chat", "rename": "Rename a chat", "title": "Save a generated title",
     "feedback": "Rate an answer", "summary": "Keep a chat's running summary", "recall": "Recall older turns",
-    "memory": "Read or save memories", "ledger": "Record usage (this ledger)", "admin": "Operator commands",
+    "memory": "Read or save memories", "index": "Index chats for search", "search": "Search chats",
+    "ledger": "Record usage (this ledger)", "admin": "Operator commands",
     "other": "Other requests",
 }
 _CATEGORY_OF = {action: c.name for c in CATEGORIES for action in c.actions}
@@ -83,12 +85,14 @@ def action_rows(buckets: list[Bucket], prices: Prices) -> pd.DataFrame:
         c = b.counters
         for a in _actions(b):
             wru, rru = c.get(f"wu.{a}", 0.0), c.get(f"ru.{a}", 0.0)
+            vector = c.get(f"vb.{a}", 0.0)
             rows.append({"day": b.day, "user": b.user, "action": a, "requests": c.get(f"n.{a}", 0.0),
                          "service_figures": c.get(f"ns.{a}", 0.0), "WRU": wru, "RRU": rru,
                          "modeled WRU": c.get(f"w.{a}", 0.0), "modeled RRU": c.get(f"r.{a}", 0.0),
-                         "cost": prices.dynamodb(wru, rru)})
+                         "cost": prices.dynamodb(wru, rru), "vector bytes": vector,
+                         "vector cost": prices.vectors(a, vector)})
     return pd.DataFrame(rows, columns=["day", "user", "action", "requests", "service_figures", "WRU", "RRU",
-                                       "modeled WRU", "modeled RRU", "cost"])
+                                       "modeled WRU", "modeled RRU", "cost", "vector bytes", "vector cost"])
 
 
 def model_rows(buckets: list[Bucket], prices: Prices) -> pd.DataFrame:
@@ -136,6 +140,9 @@ class Headline:
     unknown_models: list[str]
     service_share: float  # of DynamoDB requests whose figure the service reported (0 in local mode)
     estimated: dict[str, str]  # models used here and priced as another (demo -> CHAT_MODEL): model_cost estimates
+    vector_write_bytes: float = 0.0  # VectorWriteRequestBytes (index), seed 004's byte billing
+    vector_search_bytes: float = 0.0  # VectorSearchRequestBytes (search)
+    vector_cost: float = 0.0  # in dynamodb_cost when known; NaN when a vector price is unknown (never $0)
 
     @property
     def total_cost(self) -> float:
@@ -156,10 +163,15 @@ def headline(buckets: list[Bucket], prices: Prices) -> Headline:
     unknown = sorted(models.loc[models["cost"].isna(), "model"].unique())
     requests = actions["requests"].sum()
     used = set(models.loc[models["calls"] > 0, "model"])
+    searched = actions["action"] == "search"
+    vector_cost = _known_sum(actions["vector cost"])
     return Headline(
+        vector_write_bytes=float(actions.loc[~searched, "vector bytes"].sum()),
+        vector_search_bytes=float(actions.loc[searched, "vector bytes"].sum()), vector_cost=vector_cost,
         turns=int(turns["done"].sum() + turns["failed"].sum()), failed_turns=int(turns["failed"].sum()),
         wru=float(actions["WRU"].sum()), rru=float(actions["RRU"].sum()), dynamodb_requests=float(requests),
-        dynamodb_cost=float(actions["cost"].sum()) + storage, storage_cost=storage,
+        dynamodb_cost=float(actions["cost"].sum()) + storage + (0.0 if math.isnan(vector_cost) else vector_cost),
+        storage_cost=storage,
         model_cost=float(models["cost"].sum(skipna=True)), unknown_models=unknown,
         service_share=float(actions["service_figures"].sum() / requests) if requests else 0.0,
         estimated={m: as_model for m, as_model in prices.estimated_as.items() if m in used})
@@ -186,8 +198,10 @@ def projection(buckets: list[Bucket], prices: Prices) -> Projection | None:
 def by_action(buckets: list[Bucket], prices: Prices) -> pd.DataFrame:
     """One row per action, by cost: plain names, requests, billed units, $ and share; columns with nothing left out,
     and the modeled units only where they differ from the billed ones."""
-    t = action_rows(buckets, prices).groupby("action", as_index=False)[
-        ["requests", "WRU", "RRU", "modeled WRU", "modeled RRU", "service_figures", "cost"]].sum()
+    rows = action_rows(buckets, prices)
+    t = rows.groupby("action", as_index=False)[
+        ["requests", "WRU", "RRU", "modeled WRU", "modeled RRU", "service_figures", "cost", "vector bytes"]].sum()
+    vector_cost = rows.groupby("action")["vector cost"].agg(_known_sum).reindex(t["action"]).to_numpy()
     total = t["cost"].sum()
     table = pd.DataFrame({
         "Action": t["action"].map(action_name), "Category": t["action"].map(category_of),
@@ -200,6 +214,8 @@ def by_action(buckets: list[Bucket], prices: Prices) -> pd.DataFrame:
         table = table.drop(columns=["Modeled write units", "Modeled read units"])  # every figure is the model's
     table = _drop_empty(table, ["Write units", "Read units", "Share %", "Service-reported requests",
                                 "Modeled write units", "Modeled read units", "Billed − modeled units"])
+    if t["vector bytes"].any():  # vector search is billed in bytes; its $ stays NaN (unknown) without a price
+        table["Vector bytes"], table["Vector $"] = t["vector bytes"].to_numpy(), vector_cost
     return table.sort_values(["DynamoDB $", "Requests"], ascending=False).reset_index(drop=True)
 
 
@@ -328,7 +344,7 @@ def to_csv(frame: pd.DataFrame) -> str:
 
 _TURN_COUNTERS = {"t.done": "Turns done", "t.failed": "Turns failed", "b": "Bytes stored"}
 _ACTION_COUNTERS = {"n": "Requests", "wu": "Write units", "ru": "Read units", "w": "Modeled write units",
-                    "r": "Modeled read units", "ns": "Service-reported requests"}
+                    "r": "Modeled read units", "ns": "Service-reported requests", "vb": "Vector bytes"}
 _MODEL_COUNTERS = {"tn": "Model calls", "ti": "Input tokens", "to": "Output tokens", "tcr": "Cache read tokens",
                    "tcw": "Cache write tokens"}
 

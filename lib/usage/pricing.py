@@ -31,6 +31,9 @@ class Prices:
     models: dict[str, tuple[float, float]]
     # A model priced as another for an estimate (the free demo as CHAT_MODEL): shown as such, never as a bill.
     estimated_as: dict[str, str] = field(default_factory=dict)
+    # USD per GB of vector index writes / vector searches (seed 004: billed in bytes); None: unknown, never $0.
+    vector_write_per_gb: float | None = None
+    vector_search_per_gb: float | None = None
 
     @classmethod
     def from_settings(cls, settings: Settings) -> "Prices":
@@ -41,7 +44,19 @@ class Prices:
                 models.update({str(k): (float(v[0]), float(v[1])) for k, v in extra.items()})
             except (ValueError, TypeError, IndexError, AttributeError) as exc:
                 raise ConfigError('CHAT_MODEL_PRICES must be JSON like {"my-model": [3, 15]}.') from exc
-        return cls(settings.price_wru_per_m, settings.price_rru_per_m, settings.price_storage_gb_month, models)
+        # Embedding tokens are ledger tokens of the embedding model: the local one is free, Bedrock's as configured.
+        embed = getattr(settings, "embed_model", "")
+        if getattr(settings, "embed_provider", "") == "local":
+            models.setdefault(embed, (0.0, 0.0))
+        elif embed and getattr(settings, "price_embed_per_m", ""):
+            models.setdefault(embed, (float(settings.price_embed_per_m), 0.0))
+
+        def per_gb(text: str) -> float | None:
+            return float(text) if text else None
+
+        return cls(settings.price_wru_per_m, settings.price_rru_per_m, settings.price_storage_gb_month, models,
+                   vector_write_per_gb=per_gb(getattr(settings, "price_vector_write_per_gb", "")),
+                   vector_search_per_gb=per_gb(getattr(settings, "price_vector_search_per_gb", "")))
 
     def with_demo_priced_as(self, model: str) -> "Prices":
         """These prices with the free demo model's tokens priced as `model`'s, so a demo shows what Claude would
@@ -53,6 +68,14 @@ class Prices:
 
     def dynamodb(self, wru: float, rru: float) -> float:
         return wru * self.wru_per_m / 1e6 + rru * self.rru_per_m / 1e6
+
+    def vectors(self, action: str, size: float) -> float:
+        """USD of `size` vector bytes of an action ("search" searches, every other writes); NaN when the price is
+        unknown and there are bytes (an unknown cost must not look free)."""
+        if not size:
+            return 0.0
+        price = self.vector_search_per_gb if action == "search" else self.vector_write_per_gb
+        return float("nan") if price is None else size / 1e9 * price
 
     def storage(self, byte_months: float) -> float:
         return byte_months / 1e9 * self.storage_gb_month

@@ -188,6 +188,21 @@ class TestTurns:
         assert (done.status, done.output_body, done.input_token, done.output_token) == (DONE, "the answer", 3, 5)
         assert store.open_session(A, session.session_id).messages == [done]
 
+    def test_what_the_model_saw_is_kept_as_ids_and_counts_with_the_answer(self, store, requests):
+        session, message = store.create_session(A, "q", system_prompt_id=PROMPT)
+        seen = [{"kind": "system", "tokens": 40}, {"kind": "memory", "tokens": 9, "id": "mem-1"},
+                {"kind": "recalled", "tokens": 120, "id": "01ABC", "excerpt": True}, {"kind": "question", "tokens": 2}]
+        requests.reset()
+        done = store.finish_message(A, message, output_body="a", input_token=1, output_token=1,
+                                    response_start_time=message.create_time, response_end_time=message.create_time,
+                                    context=seen)
+        assert requests.names == ["UpdateItem"] and done.context == tuple(seen)
+        assert store.open_session(A, session.session_id).messages[0].context == tuple(seen)
+        _, other = store.send_message(A, store.open_session(A, session.session_id).session, "q2",
+                                      system_prompt_id=PROMPT)
+        failed = store.fail_message(A, other, output_body="", error="stopped", context=seen[:1])
+        assert failed.context == ({"kind": "system", "tokens": 40},)
+
     def test_a_failed_turn_keeps_the_partial_answer_and_the_reason(self, store):
         session, message = store.create_session(A, "q", system_prompt_id=PROMPT)
         failed = store.fail_message(A, message, output_body="half an ans", error="connection dropped")

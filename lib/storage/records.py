@@ -1,6 +1,8 @@
 """The values the store hands out: small frozen dataclasses, never raw DynamoDB dicts."""
 from __future__ import annotations
 
+from decimal import Decimal as _Decimal
+
 import datetime as _dt
 from dataclasses import dataclass, field
 from typing import Any
@@ -71,6 +73,7 @@ class Message:
     feedback: int | None = None  # 1 thumbs up, 0 thumbs down
     attempt_time: str | None = None  # when Retry last restarted the turn
     size: int = field(default=0, compare=False)  # the stored item's size in bytes
+    context: tuple[dict, ...] = ()  # what the model saw: {kind, tokens, id?, excerpt?} per part, ids and counts only
 
     @classmethod
     def from_item(cls, item: dict[str, Any], size: int = 0) -> "Message":
@@ -95,6 +98,8 @@ class Message:
             feedback=int(item["feedback"]) if "feedback" in item else None,
             attempt_time=item.get("attempt_time"),
             size=size,
+            context=tuple({k: int(v) if isinstance(v, _Decimal) else v for k, v in part.items()}
+                          for part in item.get("context", ())),
         )
 
     def is_stale(self, timeout_s: float, at: _dt.datetime | None = None) -> bool:

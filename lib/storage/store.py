@@ -200,21 +200,25 @@ class ChatStore:
 
     def finish_message(self, user_id: str, message: Message, *, output_body: str, input_token: int,
                        output_token: int, response_start_time: str, response_end_time: str,
-                       model: str | None = None) -> Message:
-        """Fill in the answer and mark the turn done (1 UpdateItem). Does not move the sidebar."""
+                       model: str | None = None, context: list[dict] | None = None) -> Message:
+        """Fill in the answer and mark the turn done (1 UpdateItem). Does not move the sidebar.
+
+        `context`: what the model saw (Context.sources_record(): ids and token counts, never text)."""
         with self._db.action("finish", user_id, prior=self._message_size(user_id, message)):
             return self._complete(user_id, message, DONE, output_body=output_body, input_token=input_token,
                                   output_token=output_token, response_start_time=response_start_time,
-                                  response_end_time=response_end_time, model=model)
+                                  response_end_time=response_end_time, model=model, context=context or None)
 
     def fail_message(self, user_id: str, message: Message, *, output_body: str, error: str, input_token: int = 0,
                      output_token: int = 0, response_start_time: str | None = None,
-                     response_end_time: str | None = None, model: str | None = None) -> Message:
+                     response_end_time: str | None = None, model: str | None = None,
+                     context: list[dict] | None = None) -> Message:
         """Mark the turn failed, keeping the partial answer and why (1 UpdateItem)."""
         with self._db.action("fail", user_id, prior=self._message_size(user_id, message)):
             return self._complete(user_id, message, FAILED, output_body=output_body, input_token=input_token,
                                   output_token=output_token, response_start_time=response_start_time,
-                                  response_end_time=response_end_time or keys.now(), model=model, error=error)
+                                  response_end_time=response_end_time or keys.now(), model=model, error=error,
+                                  context=context or None)
 
     def _complete(self, user_id: str, message: Message, status: str, *, output_body: str, **fields: Any) -> Message:
         fields = {k: storable_text(v) if isinstance(v, str) else v for k, v in fields.items() if v is not None}

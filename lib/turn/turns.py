@@ -66,18 +66,19 @@ class Turn:
             return self.saved
         reply = self.reply
         usage = reply.usage if reply else Usage()
+        seen = self.context.sources_record() if hasattr(self.context, "sources_record") else None
         try:
             if reply is not None and reply.complete:
                 self.saved = self.store.finish_message(
                     self.user_id, self.message, output_body=reply.text, input_token=usage.input_tokens,
                     output_token=usage.output_tokens, response_start_time=reply.started_at or keys.now(),
-                    response_end_time=reply.ended_at or keys.now(), model=self.model.name)
+                    response_end_time=reply.ended_at or keys.now(), model=self.model.name, context=seen)
             else:
                 self.saved = self.store.fail_message(
                     self.user_id, self.message, output_body=self.text, error=self.error or STOPPED,
                     input_token=usage.input_tokens, output_token=usage.output_tokens,
                     response_start_time=reply.started_at if reply else None,
-                    response_end_time=reply.ended_at if reply else None, model=self.model.name)
+                    response_end_time=reply.ended_at if reply else None, model=self.model.name, context=seen)
             self.save_error = None
             if self.ledger is not None:
                 self.ledger.record_turn(self.user_id, self.saved, usage, self.model.name)

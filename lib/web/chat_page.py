@@ -9,6 +9,7 @@ import streamlit as st
 
 from lib.context.cache import cache_in
 from lib.context.engine import ContextEngine
+from lib.context.summaries import divider_label
 from lib.errors import ChatError
 from lib.storage.itemsize import ITEM_LIMIT_BYTES
 from lib.storage.records import DONE, FAILED, PENDING, Message
@@ -167,6 +168,8 @@ class ChatPage:
 
     def turns(self) -> None:
         view = self.view
+        if st.session_state.get("summary_error"):
+            st.error(st.session_state.pop("summary_error"), icon=":material/error:")
         if view.older_cursor and st.button("Load earlier messages", icon=":material/expand_less:"):
             with ui.errors_shown():
                 view.load_earlier(self.store)
@@ -188,6 +191,18 @@ class ChatPage:
             turn_view.question(m)
         with st.chat_message("assistant"):
             self.answer(m)
+        summary = self.view.summary
+        if summary is not None and summary.covered_until == m.message_id:
+            turn_view.summary_divider(summary, divider_label(summary), self._regenerate_summary)
+
+    def _regenerate_summary(self) -> None:
+        """Runs before the page (a model call, then 1 conditional PutItem); an error is shown on the page."""
+        try:
+            outcome = self.engine.regenerate_summary(self.me.user_id, self.view.open_id, self.view.summary)
+            if outcome.summary is not None:
+                self.view.summary = outcome.summary
+        except ChatError as exc:
+            st.session_state["summary_error"] = str(exc)
 
     def answer(self, m: Message) -> None:
         live = self.generations.get(m.message_id) if m.status == PENDING else None
@@ -231,11 +246,12 @@ class ChatPage:
             details.append(f"{seconds:.1f} s")
         if m.model:
             details.append(m.model)
-        if self.notes.get(m.message_id):
-            details.append(self.notes.get(m.message_id))
         st.caption(" · ".join(details))
+        if self.notes.get(m.message_id):
+            st.caption(self.notes.get(m.message_id))  # the context loader's sentence: what was summarised or left out
         if m.output_truncated:
             st.caption(f"The answer was cut to fit the {ITEM_LIMIT_BYTES // 1024} KB storage limit.")
+        turn_view.model_saw(m)
         with st.container(horizontal=True, vertical_alignment="center", gap="small"):
             value = st.feedback("thumbs", key=f"fb-{m.message_id}", default=m.feedback)
             turn_view.copy_control(m)

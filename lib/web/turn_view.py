@@ -85,3 +85,36 @@ def older_page(session_id: str, first_number: int, page: list[Message], generati
     label = f"Turns {first_number:,}–{first_number + len(page) - 1:,} · from {day:%b} {day.day}"
     return st.expander(label, expanded=top, key=f"older-{session_id}-{generation}-{first_number}",
                        on_change="rerun", icon=":material/history:")
+
+
+_KINDS = {"system": "Instructions", "memory": "Memory", "summary": "Summary of earlier turns",
+          "recalled": "Recalled older turn", "turn": "Recent turn", "question": "Your question"}
+
+
+def model_saw(m: Message) -> None:
+    """'What the model saw': each part of the prompt with its tokens (from the turn item: ids and counts only).
+    Drawn only while opened, so a closed one costs a rerun nothing."""
+    if not m.context:
+        return
+    box = st.expander("What the model saw", icon=":material/visibility:", key=f"saw-{m.message_id}",
+                      on_change="rerun")
+    if not box.open:
+        return
+    total = sum(int(part.get("tokens", 0)) for part in m.context)
+    rows = [{"Part": _KINDS.get(part.get("kind"), part.get("kind", "?")), "Tokens": int(part.get("tokens", 0)),
+             "Id": part.get("id", ""), "Cut to fit": "yes" if part.get("excerpt") else ""} for part in m.context]
+    box.dataframe(rows, hide_index=True, width="stretch")
+    memories = [part["id"] for part in m.context if part.get("kind") == "memory" and part.get("id")]
+    box.caption(f"{total:,} tokens in all. " + (f"Memories used: {len(memories)} (see the Memory page)."
+                                               if memories else "No memories were used."))
+
+
+def summary_divider(summary: Any, label: str, regenerate: Any) -> None:
+    """Where the chat's running summary ends: its label, View (the text) and Regenerate."""
+    with st.container(horizontal=True, vertical_alignment="center", gap="small", key="summary-divider"):
+        st.caption(f":material/summarize: {label}")
+        view = st.popover("View", type="tertiary", key=f"summary-view-{summary.version}", on_change="rerun")
+        if view.open:
+            render_markdown(view, summary.text)
+        st.button("Regenerate", type="tertiary", icon=":material/refresh:", key=f"summary-regen-{summary.version}",
+                  on_click=regenerate, help="Write the summary again from the turns it covers (a model call).")

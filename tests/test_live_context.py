@@ -1,0 +1,83 @@
+"""The context engine wired into the chat page: work after the save in the worker, what the model saw,
+the note under an answer, the summary divider."""
+import pytest
+
+from lib.storage.records import DONE
+from tests.pages import DEV, button, new_browser, requests_made, send, services, settle
+
+pytestmark = pytest.mark.usefixtures("app_env")
+
+
+def open_id(at):
+    value = at.query_params["session"]
+    return value[0] if isinstance(value, list) else value
+
+
+def memories():
+    from lib.storage.memories import MemoryStore
+
+    db = services().database
+    return MemoryStore(db.client, db.table, db.meter).load(DEV)[0]
+
+
+class TestContextOnThePage:
+    def test_what_the_model_saw_is_stored_with_the_turn_and_shown_when_opened(self):
+        at = send(new_browser(), "My name is Ada and I prefer Python.")
+        assert [e.label for e in at.expander if e.label == "What the model saw"] == ["What the model saw"]
+        assert not at.dataframe  # a closed expander draws nothing
+        send(at, "What language do I like?")
+        (message,) = [m for m in services().store.open_session(DEV, open_id(at)).messages
+                      if m.input_body == "What language do I like?"]
+        kinds = [part["kind"] for part in message.context]
+        assert kinds[0] == "system" and kinds[-1] == "question" and "turn" in kinds
+        saw = [e for e in at.expander if e.label == "What the model saw"][-1]
+        saw.proto.expanded = True
+        at.session_state[f"saw-{message.message_id}"] = True
+        at.run()
+        table = at.dataframe[0].value
+        assert list(table["Part"]) == [{"system": "Instructions", "memory": "Memory", "turn": "Recent turn",
+                                        "question": "Your question", "summary": "Summary of earlier turns",
+                                        "recalled": "Recalled older turn"}[k] for k in kinds]
+        assert list(table["Tokens"]) == [part["tokens"] for part in message.context]
+
+    def test_memories_are_extracted_by_the_worker_after_the_save(self):
+        at = send(new_browser(), "My name is Ada and I prefer Python.")
+        assert services().store.open_session(DEV, open_id(at)).messages[0].status == DONE
+        kept = memories()
+        if not kept:
+            pytest.skip("the demo extractor keeps no fact from this question")
+        send(at, "Which language should the example use?")
+        (message,) = [m for m in services().store.open_session(DEV, open_id(at)).messages
+                      if m.input_body.startswith("Which language")]
+        assert {part.get("id") for part in message.context if part["kind"] == "memory"} == \
+            {m.memory_id for m in kept}
+
+    def test_a_summary_written_after_the_save_shows_its_divider_with_view_and_regenerate(self, monkeypatch):
+        monkeypatch.setenv("CHAT_VERBATIM_TURNS", "1")
+        monkeypatch.setenv("CHAT_SUMMARY_EVERY", "2")
+        at = send(new_browser(), "first question about keys")
+        send(at, "second question about indexes")
+        send(at, "third question about streams")
+        settle(at)  # the post-save work (the summary) has finished; the next run applies it
+        summary = at.session_state["chat_view"].summary
+        assert summary is not None and summary.covered_turns == 2
+        captions = [c.value for c in at.caption]
+        assert any("Earlier turns summarised (2 turns" in c for c in captions)
+        records = requests_made(lambda: button(at, "Regenerate").click().run())
+        # the turns it covers (1 Query), then the conditional write
+        assert not at.exception and [r.operation for r in records] == ["Query", "PutItem"]
+        assert at.session_state["chat_view"].summary.version == summary.version + 1
+        reopened = new_browser(session=open_id(at))
+        assert any("Earlier turns summarised (2 turns" in c.value for c in reopened.caption)
+
+
+class TestNote:
+    def test_the_note_says_1_earlier_turn_in_the_singular(self):
+        from types import SimpleNamespace
+
+        from lib.turn.flow import context_note
+
+        note = "The model saw the newest 0 of 1 earlier turns; 1 earlier turns were left out (token budget)."
+        assert context_note(SimpleNamespace(note=note)) == \
+            "The model saw the newest 0 of 1 earlier turn; 1 earlier turn was left out (token budget)."
+        assert context_note(SimpleNamespace(note=None)) is None

@@ -194,3 +194,22 @@ class TestDemoHistory:
         assert not at.exception
         assert len(sidebar_titles(at)) >= 10  # the seed gives the dev user a dozen or more chats
         assert not [b for b in at.button if b.label == "Load demo history"]
+
+
+class TestStartUpErrors:
+    def test_a_damaged_local_database_says_the_app_is_not_configured_with_a_database_heading(self, server, tmp_path,
+                                                                                          monkeypatch):
+        folder = tmp_path / "data"
+        folder.mkdir()
+        (folder / "chat.sqlite3").write_bytes(b"this is not a database" * 100)
+        monkeypatch.setenv("CHAT_DATA_DIR", str(folder))
+        at = AppTest.from_file(APP, default_timeout=30).run()
+        assert not at.exception
+        (error,) = at.error
+        assert error.value.startswith("**The app is not configured correctly.**")
+        assert "**The chat database cannot be opened.**" in error.value
+
+    def test_a_configuration_error_says_so_first(self, monkeypatch):
+        monkeypatch.setenv("CHAT_BACKEND", "elsewhere")
+        at = AppTest.from_file(APP, default_timeout=30).run()
+        assert at.error[0].value.startswith("**The app is not configured correctly.** CHAT_BACKEND must be")

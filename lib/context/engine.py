@@ -5,6 +5,7 @@ Requests per question (the issue's budget: at most 2 beyond what the page loaded
     memories + off switch   1 Query, once per browser session (then kept current by this session)
     older turns (recall)    at most 2 Queries of 1 MB, once per chat and browser session, and only when the
                             chat has more turns than the page loaded; fewer when the memory Query was due
+    semantic recall         1 SearchVectors when the table has the vector index (billed in bytes, not units)
 After the answer is saved (never before the first token): a summary, when due (1 PutItem, conditional),
 and 1 conditional PutItem per new memory.
 """
@@ -34,14 +35,22 @@ class ContextEngine:
         self.extractor = Extractor(model, settings.summary_model)
         self.settings = settings
         self.ledger = ledger
+        self.indexer = None  # lib.search.indexer.Indexer: set by from_services when the vector index exists
 
     @classmethod
     def from_services(cls, svc: Any) -> "ContextEngine":
-        return cls(svc.database.client, svc.database.table, svc.database.meter, svc.model, svc.settings, svc.ledger)
+        from lib.search.indexer import searchable_indexer
+
+        engine = cls(svc.database.client, svc.database.table, svc.database.meter, svc.model, svc.settings, svc.ledger)
+        engine.indexer = searchable_indexer(svc)
+        return engine
 
     def recall(self, cache: ContextCache) -> Recall:
-        """Keyword recall over the turns this browser session knows; semantic recall plugs in here (issue 11)."""
-        return KeywordRecall(cache)
+        """Keyword recall over the turns this browser session knows, fused with semantic recall (SearchVectors,
+        lib/context/semantic_recall.py) when the table has the vector index and an embedder is configured."""
+        from lib.context.semantic_recall import fused_recall
+
+        return fused_recall(cache, self.indexer) if self.indexer is not None else KeywordRecall(cache)
 
     def context(self, cache: ContextCache, user_id: str, session: Session | None, question: str,
                 history: list[Message], *, summary: Summary | None, system_prompt_id: str, budget: int,

@@ -249,7 +249,10 @@ def import_chats(store, engine, user_id: str, chats: list[ImportedChat], *,
                 if outcome.written:
                     result.summaries += 1
                 summary = outcome.summary
-                result.memories += len(engine.extract_memories_after_save(cache, user_id, saved).added)
+                added = engine.extract_memories_after_save(cache, user_id, saved).added
+                result.memories += len(added)
+                for memory in added if indexer is not None else ():
+                    indexer.index_memory(user_id, memory)
         result.session_ids.append(session.session_id)
         if indexer is not None:
             indexer.index_turns(user_id, session.title, saved_turns)

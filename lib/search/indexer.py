@@ -175,3 +175,24 @@ def _memory_models(db: Gateway, user_id: str) -> dict[str, str]:
                              ExpressionAttributeValues=to_item({":pk": pk, ":low": low, ":high": high}))
     return {i["sk"]["S"].split("#", 1)[1]: i["embed_model"]["S"] for i in items
             if keys.record_kind(i["sk"]["S"]) == keys.MEMORY and "embed_model" in i}
+
+
+_SEARCHABLE: dict[tuple[int, str], bool] = {}  # (client, table) -> the vector index exists (asked once a process)
+
+
+def searchable_indexer(services: Any) -> Indexer | None:
+    """The indexer when the table has the vector index (one DescribeTable per process and table), else None."""
+    from lib.storage.schema import vector_index_description
+
+    indexer = make_indexer(services)
+    if indexer is None:
+        return None
+    key = (id(services.database.client), services.database.table)
+    if key not in _SEARCHABLE:
+        try:
+            index = vector_index_description(services.database.client, services.database.table)
+        except Exception:  # noqa: BLE001 (DescribeTable refused: keyword recall only, said once in the log)
+            logs.warning("search.describe_failed", table=services.database.table)
+            index = None
+        _SEARCHABLE[key] = index is not None and index.get("Dimensions") == indexer.embedder.dimensions
+    return indexer if _SEARCHABLE[key] else None

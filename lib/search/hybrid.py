@@ -23,6 +23,7 @@ from lib.storage.vectors import TURN, VectorStore
 
 CANDIDATES = 100  # SearchVectors' TopK: DynamoDB's most
 RRF_K = 60
+KEYWORD_COVER = 0.5  # a keyword match holds at least this share of the query's terms (one shared word is noise)
 MAX_QUERY_CHARS = 500
 MIN_QUERY_CHARS = 2
 
@@ -92,7 +93,9 @@ def search_chats(vectors: VectorStore, embedder: Embedder | None, user_id: str, 
 
 
 def _keyword_ranks(query: str, docs: list[str]) -> dict[int, int]:
-    """doc index -> keyword rank (1 = best) by BM25, for the docs with any query term."""
+    """doc index -> keyword rank (1 = best) by BM25, for the docs holding at least KEYWORD_COVER of the query's
+    terms: with RRF's flat ranks, a candidate sharing one common word would otherwise jump over better ones
+    (measured by bench/search.py: recall@10 0.77 with any shared term, 0.90 with half of them)."""
     query_terms = set(tokens.terms(query))
     if not query_terms or not docs:
         return {}
@@ -107,7 +110,7 @@ def _keyword_ranks(query: str, docs: list[str]) -> dict[int, int]:
             if tf:
                 idf = math.log(1 + (len(docs) - frequency[term] + 0.5) / (frequency[term] + 0.5))
                 score += idf * tf * 2.2 / (tf + 1.2 * (0.25 + 0.75 * length / average))
-        if score > 0:
+        if score > 0 and sum(1 for t in query_terms if t in bag) >= KEYWORD_COVER * len(query_terms):
             scores.append((score, i))
     scores.sort(key=lambda s: (-s[0], s[1]))
     return {i: rank for rank, (_, i) in enumerate(scores, 1)}

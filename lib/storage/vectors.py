@@ -9,8 +9,9 @@ time, `embed_model` and `embedding`. A memory carries its vector on the memory i
 (kind "memory"): deleting the memory takes its vector out of the index with it, and an edit
 REMOVEs the vector (lib/storage/memories.py) until it is embedded again.
 
-The vector is stored with 5 significant digits (float32 in the index anyway; cosine moves
-by < 1e-4): a 256-d vector is about 1.2 KB, so a turn's vector item stays within 2 write units.
+The vector is stored with 4 significant digits (float32 in the index anyway; cosine moves by
+< 1e-3): a 256-d vector is about 1 KB, so a turn's vector item stays within 2 write units
+(bench/search.py: 5 digits and a 600-character snippet made it 3).
 """
 from __future__ import annotations
 
@@ -25,13 +26,13 @@ from lib.storage.gateway import Gateway, error_code, from_item, to_item
 from lib.storage.schema import VECTOR_INDEX
 
 TURN, MEMORY = "turn", "memory"
-SNIPPET_CHARS = 600  # the stored snippet: what a result shows, bounded so a vector item stays small
+SNIPPET_CHARS = 400  # the stored snippet: what a result shows, bounded so a vector item stays small
 TITLE_CHARS = 120
 
 
 def number_list(vector: Sequence[float]) -> list[Decimal]:
-    """A vector as the item's list of numbers (5 significant digits)."""
-    return [Decimal(f"{float(x):.5g}") for x in vector]
+    """A vector as the item's list of numbers (4 significant digits: cosine moves by < 1e-3)."""
+    return [Decimal(f"{float(x):.4g}") for x in vector]
 
 
 @dataclass(frozen=True)

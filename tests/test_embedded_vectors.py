@@ -232,3 +232,23 @@ def test_vectors_are_on_disk_with_their_items_across_restarts(tmp_path, no_backo
         assert rows == 29
     finally:
         server.stop()
+
+
+def test_partitions_beyond_the_cache_bound_reload_from_disk_unchanged(tmp_path, no_backoff_sleep, monkeypatch):
+    from lib.embedded import vectors
+
+    monkeypatch.setattr(vectors, "CACHE_VECTORS", 3)
+    server = LocalDynamo(tmp_path / "data").start()
+    try:
+        client = local_client(server)
+        create_table(client, "chat", wait=False, vector_dimensions=DIMS)
+        for user in ("a", "b", "c"):
+            for i in range(2):
+                client.put_item(TableName="chat", Item=item(user, f"VEC#{i}", (1, i, 0, 0)))
+        first = {u: sks(search(client, "chat", u, (1, 0, 0, 0))) for u in ("a", "b", "c")}
+        held = [k[2] for k in vectors.STATE._cache if k[0] == "chat"]
+        assert len(held) < 3  # a, b, c hold 6 vectors: the oldest partitions were let go
+        assert {u: sks(search(client, "chat", u, (1, 0, 0, 0))) for u in ("a", "b", "c")} == first \
+            == {u: ["VEC#0", "VEC#1"] for u in ("a", "b", "c")}
+    finally:
+        server.stop()

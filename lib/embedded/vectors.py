@@ -36,7 +36,8 @@ from lib.storage.itemsize import item_size
 MAX_TOP_K = 100
 MAX_DIMENSIONS = 4096
 MAX_INDEXES = 5
-CACHE_PARTITIONS = 64  # HASH values whose vectors stay in memory (the rest reload from SQLite on their next search)
+CACHE_VECTORS = 100_000  # vectors kept in memory across HASH values (about 100 MB at 256-d, snippets included);
+# the least recently searched partitions beyond it reload from SQLite on their next search
 _DDB = "com.amazonaws.dynamodb.v20120810#"
 _SQL = """CREATE TABLE IF NOT EXISTS vectors (
     tbl TEXT NOT NULL, idx TEXT NOT NULL, pk TEXT NOT NULL, sk TEXT NOT NULL, hash TEXT NOT NULL,
@@ -391,9 +392,11 @@ class VectorState:
                     (table.name, index.name, hash_text)):
                 part.put((pk, sk), json.loads(filters), np.frombuffer(vec, dtype=np.float32), item)
             self._cache[key] = part
-            evictable = [k for k in self._cache if not self.memory.get(k[0], False)]
-            for oldest in evictable[:max(0, len(evictable) - CACHE_PARTITIONS)]:
-                del self._cache[oldest]
+            held = sum(len(p.entries) for p in self._cache.values())
+            for oldest in [k for k in self._cache if k != key and not self.memory.get(k[0], False)]:
+                if held <= CACHE_VECTORS:
+                    break
+                held -= len(self._cache.pop(oldest).entries)
         else:
             self._cache[key] = part  # in memory: this is the only copy
         return part

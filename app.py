@@ -20,3 +20,4 @@ elif page.view.session is not None:
 else:
     page.welcome_screen()
 page.composer()
+page.watch_changes()

@@ -2,7 +2,6 @@
 import pytest
 
 from lib.turn.turns import STOPPED
-from lib.web.chat_page import COMPOSER
 from tests.pages import DEV, button, generations, new_browser, requests_made, send, services, settle, shown_text
 
 pytestmark = pytest.mark.usefixtures("app_env")

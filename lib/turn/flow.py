@@ -10,7 +10,7 @@ from collections import OrderedDict
 
 from lib import logs
 from lib.errors import ChatError
-from lib.storage.records import DONE, Message, Session
+from lib.storage.records import DONE, Session
 from lib.storage.store import ChatStore
 from lib.turn.models import ChatModel
 from lib.turn.turns import Turn

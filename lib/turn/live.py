@@ -28,6 +28,7 @@ class LiveAnswer:
     summary: Any = None  # the chat's summary after the post-save work, if it wrote one
     save_error: str | None = None  # the save failed and is being retried (the text stays on screen)
     stop_reason: str | None = None
+    hot_version: int | None = None  # the chat's hot-tier change counter after the worker's save (and title)
     _parts: list[str] = field(default_factory=list, repr=False)
     _joined: tuple[int, str] = field(default=(0, ""), repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)

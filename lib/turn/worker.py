@@ -100,9 +100,10 @@ class Generations:
             if saved is not None:
                 if title is not None and saved.status == DONE:
                     live.renamed = _quietly("title", lambda: title(turn))
+                if self.hot is not None:  # before the tabs of this process see it: they adopt hot_version
+                    self.hot.saved(live, saved)
+                    live.hot_version = self.hot.bump(live.user_id, live.session_id)
                 live.finish(saved)
-                if self.hot is not None:
-                    self.hot.saved(live)
                 if after_save is not None:
                     _quietly("after_save", lambda: after_save(saved, live))
         finally:
@@ -150,6 +151,8 @@ class Generations:
             if time.monotonic() - started > self.save_deadline_s:
                 logs.error("save_given_up", message_id=live.message_id)
                 return None  # the turn stays pending: pages show it interrupted, with Retry
+            if self.hot is not None:
+                self.hot.progress(live)  # other replicas show 'not saved yet' too
             time.sleep(self.save_retry_s)
             saved = turn.close()
         return saved

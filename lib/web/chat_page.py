@@ -13,10 +13,11 @@ from lib.context.summaries import divider_label
 from lib.errors import ChatError
 from lib.storage.itemsize import ITEM_LIMIT_BYTES
 from lib.storage.records import DONE, FAILED, PENDING, Message
-from lib.turn.flow import ContextNotes, context_note, title_first_turn
+from lib.turn.flow import ContextNotes, title_first_turn
 from lib.turn.turns import Turn, begin_turn, retry_turn
 from lib.web import export, live_view, turn_view, ui
 from lib.web.bootstrap import PageStart
+from lib.web.live_turns import LiveTurns
 from lib.web.render import plain_label
 from lib.web.stream_render import render_markdown
 
@@ -26,16 +27,16 @@ SUGGESTIONS = ["How should I design a DynamoDB table for chat history?",
 RENAME_POPOVER = "rename-popover"
 COMPOSER = "composer"
 TYPE_AHEAD = "type_ahead"  # set when a question was refused because this chat's answer is still coming
-AFTER_SAVE = "after_save"  # message id -> session id: turns whose post-save work (a summary) may still land
 
 
-class ChatPage:
+class ChatPage(LiveTurns):
     def __init__(self, start: PageStart):
         self.svc, self.me = start.svc, start.me
         self.settings, self.store, self.model, self.ledger = \
             start.svc.settings, start.svc.store, start.svc.model, start.svc.ledger
         self.view = ui.chat_view(self.me.user_id)
         self.generations = ui.generations(self.settings)
+        self.hot = self.generations.hot  # lib.hot.tier.HotTier with CHAT_REDIS_URL, else None
         self.engine = ContextEngine.from_services(start.svc)
         self.cache = cache_in(st.session_state)
         self.notes: ContextNotes = st.session_state.setdefault("context_notes", ContextNotes())
@@ -43,46 +44,13 @@ class ChatPage:
         self.suggested: str | None = None
 
     # --- state --------------------------------------------------------------------------------------
-    def sync_live(self) -> None:
-        """Apply what this process's workers saved to the loaded turns (no request: the worker has the item)."""
-        for m in self.view.messages:
-            if m.status != PENDING:
-                continue
-            live = self.generations.get(m.message_id)
-            if live is not None and live.saved is not None:
-                self.view.saved(live.saved)
-                if live.renamed is not None:
-                    self.view.renamed(live.renamed)
-                if live.context is not None:
-                    self.notes.add(m.message_id, context_note(live.context))
-                st.session_state.setdefault(AFTER_SAVE, {})[m.message_id] = live.session_id
-        pending: dict = st.session_state.get(AFTER_SAVE, {})
-        for message_id, session_id in list(pending.items()):
-            live = self.generations.get(message_id)
-            if live is None or live.wait(0):
-                del pending[message_id]
-                if live is not None and live.summary is not None and session_id == self.view.open_id:
-                    self.view.summary = live.summary  # the next question's context has the new summary
-
-    def writing_here(self) -> bool:
-        """True while an answer in the open chat is still coming (here, in another tab, or another process)."""
-        for m in self.view.messages:
-            if m.status != PENDING:
-                continue
-            live = self.generations.get(m.message_id)
-            if live is not None and live.saved is None:
-                return True
-            if live is None and not m.is_stale(self.settings.pending_timeout_s):
-                return True
-        return False
-
     def load(self) -> None:
         """Reads only on a new browser session, navigation, or 'load more'."""
         wanted = st.query_params.get("session")
         with ui.errors_shown():
             self.view.ensure_sidebar(self.store)
             if wanted != self.view.open_id and wanted != self.view.not_found:
-                self.view.navigate(self.store, wanted)
+                self.view.navigate(self.store, wanted, self.hot)
 
     def go_to(self, session_id: str | None) -> None:
         """Navigation: the URL says which session is open; the run that follows loads it (1 Query)."""
@@ -162,6 +130,7 @@ class ChatPage:
         """Runs before the page: a saved rename closes the popover; a failed one keeps it open with the error."""
         try:
             self.view.renamed(self.store.rename_session(self.me.user_id, self.view.session, st.session_state[key]))
+            self._bump(self.view.open_id)
             st.session_state[RENAME_POPOVER] = False
         except ChatError as exc:
             st.session_state["rename_error"] = str(exc)
@@ -206,8 +175,13 @@ class ChatPage:
 
     def answer(self, m: Message) -> None:
         live = self.generations.get(m.message_id) if m.status == PENDING else None
+        source = (lambda: live) if live is not None else None
+        if live is None and m.status == PENDING and self.hot is not None:
+            live = self.hot.live(m.message_id)  # another replica is writing it
+            hot, message_id = self.hot, m.message_id
+            source = lambda: hot.live(message_id)  # noqa: E731 (a fresh snapshot per poll)
         if live is not None and live.saved is None:
-            live_view.follow(m, live, self.generations.stop)
+            live_view.follow(m, source, self.stop)
             return
         if live is not None:
             m = live.saved  # saved since this run began
@@ -226,7 +200,7 @@ class ChatPage:
                 icon=":material/hourglass_top:")
         if st.button("Refresh", key=f"refresh-{m.message_id}"):
             with ui.errors_shown():
-                self.view.navigate(self.store, self.view.open_id)
+                self.view.navigate(self.store, self.view.open_id, self.hot)
                 st.rerun()
 
     def retry(self, m: Message) -> None:
@@ -236,6 +210,7 @@ class ChatPage:
                               budget_tokens=self.settings.context_tokens, ledger=self.ledger,
                               engine=self.engine, cache=self.cache, summary=self.view.summary)
             self.view.saved(turn.message)
+            self._bump(turn.session.session_id)
             self.start(turn, first=False)
             st.rerun()
 
@@ -258,6 +233,7 @@ class ChatPage:
         if value != m.feedback:
             with ui.errors_shown():
                 self.view.saved(self.store.set_feedback(self.me.user_id, m, value))
+                self._bump(m.session_id)
 
     # --- a turn, generated by a worker ----------------------------------------------------------------
     def start(self, turn: Turn, *, first: bool) -> None:
@@ -295,6 +271,7 @@ class ChatPage:
                 raise
             self.view.committed(turn.session, turn.message)
             st.query_params["session"] = turn.session.session_id
+            self._bump(turn.session.session_id, new=first)
             self.start(turn, first=first)
             st.rerun()
 

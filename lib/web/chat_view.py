@@ -26,6 +26,7 @@ class ChatView:
     older_cursor: str | None = None
     not_found: str | None = None  # an id the URL asked for that is not the user's
     summary: Summary | None = None  # the open chat's running summary (read by the same Query as its turns)
+    version: int | None = None  # the open chat's hot-tier change counter when it was loaded (None: no hot tier)
 
     def ensure_sidebar(self, store: ChatStore) -> None:
         if self.sidebar is None:
@@ -39,17 +40,25 @@ class ChatView:
         self.sidebar = (self.sidebar or []) + [s for s in page.items if s.session_id not in known]
         self.sidebar_cursor = page.cursor
 
-    def navigate(self, store: ChatStore, session_id: str | None) -> None:
-        """Show `session_id` (1 Query) or, for None, a new chat (no request)."""
+    def navigate(self, store: ChatStore, session_id: str | None, hot=None) -> None:
+        """Show `session_id` (1 Query, or none when the hot tier has its first page) or, for None, a new chat."""
         self.open_id, self.session, self.messages, self.older_cursor, self.not_found = None, None, [], None, None
-        self.summary = None
+        self.summary, self.version = None, None
         if session_id is None:
             return
-        try:
-            view = store.open_session(self.user_id, session_id)
-        except SessionNotFound:
-            self.not_found = session_id
-            return
+        cached = hot.cached_view(self.user_id, session_id) if hot is not None else None
+        if cached is not None:
+            view, self.version = cached
+        else:
+            at = hot.known(self.user_id, session_id) if hot is not None else None  # read before the Query
+            try:
+                view = store.open_session(self.user_id, session_id)
+            except SessionNotFound:
+                self.not_found = session_id
+                return
+            if hot is not None:
+                hot.cache_view(self.user_id, session_id, view, at)
+                self.version = at
         self.open_id, self.session, self.messages, self.older_cursor, self.summary = \
             session_id, view.session, view.messages, view.cursor, view.summary
 

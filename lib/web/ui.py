@@ -41,20 +41,21 @@ def services() -> Services:
 
 @st.cache_resource
 def _generations(per_user: int, per_process: int, unwatched_stop_s: float, pending_timeout_s: float,
-                 redis_url: str) -> Generations:
+                 redis_url: str, table: str) -> Generations:
     hot = None
     if redis_url:
         from lib.hot.tier import HotTier
 
-        hot = HotTier.connect(redis_url, ttl_s=pending_timeout_s)
+        hot = HotTier.connect(redis_url, prefix=f"chat:{table}:", ttl_s=pending_timeout_s)
     return Generations(per_user=per_user, per_process=per_process, unwatched_stop_s=unwatched_stop_s,
                        save_deadline_s=pending_timeout_s, hot=hot)
 
 
 def generations(settings: Settings) -> Generations:
-    """The process's registry of answers being written (lib.turn.worker): shared by every tab it serves."""
+    """The process's registry of answers being written (lib.turn.worker): shared by every tab it serves; it
+    holds the hot tier too (lib.hot.tier, with CHAT_REDIS_URL)."""
     return _generations(settings.max_generations_per_user, settings.max_generations, settings.unwatched_stop_s,
-                        settings.pending_timeout_s, settings.redis_url)
+                        settings.pending_timeout_s, settings.redis_url, settings.table)
 
 
 # Our own constant CSS (never user or model text): left-align the chat list like any chat app.

@@ -1,0 +1,130 @@
+"""The Redis hot tier (lib/hot) against a real redis-server: live answers across replicas, change counters,
+cached chats, and Redis going away (chats keep working from DynamoDB)."""
+from __future__ import annotations
+
+import time
+
+
+from lib.hot.tier import HotTier
+from lib.storage.records import DONE, FAILED
+from lib.turn.models import DemoModel
+from lib.turn.turns import STOPPED, begin_turn
+from lib.turn.worker import Generations
+from lib.web.chat_view import ChatView
+from tests.redis_server import redis_server  # noqa: F401 (the fixture)
+
+USER = "u-hot"
+
+
+def tier(server, ttl_s=300.0) -> HotTier:
+    return HotTier.connect(server.url, prefix="chat:test:", ttl_s=ttl_s)
+
+
+def turn_for(store, model, question="tell me something", session=None):
+    return begin_turn(store, model, USER, session, question, [], system_prompt_id="default-v1", budget_tokens=4000)
+
+
+def wait_for(predicate, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+class TestLiveAcrossReplicas:
+    def test_another_replica_follows_the_live_answer_and_gets_the_saved_turn(self, store, redis_server):
+        writer = Generations(hot=tier(redis_server))
+        reader = tier(redis_server)  # the other replica's client
+        live = writer.start(turn_for(store, DemoModel(delay_s=0.02)))
+        wait_for(lambda: (reader.live(live.message_id) or None) is not None and reader.live(live.message_id).text)
+        partial = reader.live(live.message_id)
+        assert partial.saved is None and live.text.startswith(partial.text) and partial.status == "streaming"
+        assert live.wait(20)
+        remote = reader.live(live.message_id)
+        assert remote.saved == live.saved and remote.text == live.text and remote.saved.status == DONE
+        assert live.hot_version is not None
+
+    def test_stop_from_another_replica_stops_the_worker(self, store, redis_server):
+        writer = Generations(hot=tier(redis_server))
+        reader = tier(redis_server)
+        live = writer.start(turn_for(store, DemoModel(delay_s=0.02)))
+        wait_for(lambda: reader.live(live.message_id) is not None and reader.live(live.message_id).text)
+        assert reader.request_stop(live.message_id, STOPPED)
+        assert live.wait(10)
+        assert live.saved.status == FAILED and live.saved.error == STOPPED
+        assert reader.live(live.message_id).saved.error == STOPPED
+
+    def test_redis_killed_mid_answer_the_answer_still_completes_and_is_saved(self, store, redis_server, caplog):
+        hot = tier(redis_server)
+        writer = Generations(hot=hot)
+        live = writer.start(turn_for(store, DemoModel(delay_s=0.02)))
+        wait_for(lambda: live.chunks >= 5)
+        redis_server.kill()
+        assert live.wait(20)
+        assert live.saved.status == DONE and "demo model" in live.saved.output_body
+        started = time.monotonic()
+        assert hot.live(live.message_id) is None and hot.version(USER, live.session_id) is None
+        assert time.monotonic() - started < 1.0  # paused after the failure: the page does not wait on Redis
+
+    def test_a_flush_mid_answer_is_repaired_by_the_next_write(self, store, redis_server):
+        import redis
+
+        writer = Generations(hot=tier(redis_server))
+        live = writer.start(turn_for(store, DemoModel(delay_s=0.02)))
+        wait_for(lambda: live.chunks >= 5)
+        redis.Redis.from_url(redis_server.url).flushall()
+        assert live.wait(20)
+        assert tier(redis_server).live(live.message_id).text == live.text
+
+
+class TestCountersAndCachedChats:
+    def test_a_chat_in_the_hot_tier_opens_without_the_query_until_it_changes(self, store, requests, redis_server):
+        hot = tier(redis_server)
+        session, message = store.create_session(USER, "cache me", system_prompt_id="default-v1")
+        requests.reset()
+        ChatView(USER).navigate(store, session.session_id, hot)
+        assert requests.names == ["Query"]
+        requests.reset()
+        second = ChatView(USER)
+        second.navigate(store, session.session_id, hot)  # another tab, another replica
+        assert requests.names == [] and [m.input_body for m in second.messages] == ["cache me"]
+        assert second.session == session and second.version == hot.version(USER, session.session_id)
+        store.send_message(USER, session, "a new turn", system_prompt_id="default-v1")
+        requests.reset()
+        assert hot.bump(USER, session.session_id) == second.version + 1  # the writer says the chat changed
+        third = ChatView(USER)
+        third.navigate(store, session.session_id, hot)
+        assert requests.names == ["Query"] and [m.input_body for m in third.messages] == ["cache me", "a new turn"]
+
+    def test_redis_down_the_chat_opens_from_dynamodb(self, store, requests, redis_server):
+        hot = tier(redis_server)
+        session, _ = store.create_session(USER, "still here", system_prompt_id="default-v1")
+        redis_server.kill()
+        requests.reset()
+        view = ChatView(USER)
+        view.navigate(store, session.session_id, hot)
+        assert requests.names == ["Query"] and view.version is None
+        assert [m.input_body for m in view.messages] == ["still here"]
+
+    def test_a_counter_lost_in_a_flush_never_matches_an_old_cached_page(self, store, redis_server):
+        import redis
+
+        hot = tier(redis_server)
+        session, _ = store.create_session(USER, "q", system_prompt_id="default-v1")
+        ChatView(USER).navigate(store, session.session_id, hot)
+        before = hot.version(USER, session.session_id)
+        redis.Redis.from_url(redis_server.url).delete(f"chat:test:ver:{USER}:{session.session_id}")
+        assert hot.bump(USER, session.session_id) != before + 1
+        assert hot.cached_view(USER, session.session_id) is None
+
+    def test_every_key_expires_with_the_pending_timeout(self, store, redis_server):
+        import redis
+
+        hot = tier(redis_server, ttl_s=120)
+        writer = Generations(hot=hot)
+        live = writer.start(turn_for(store, DemoModel(delay_s=0)))
+        assert live.wait(10)
+        client = redis.Redis.from_url(redis_server.url)
+        keys = client.keys("chat:test:*")
+        assert len(keys) == 3  # the live hash, its text, the chat's counter
+        assert all(0 < client.ttl(k) <= 120 for k in keys)

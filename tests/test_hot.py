@@ -53,6 +53,14 @@ class TestLiveAcrossReplicas:
         assert live.wait(10)
         assert live.saved.status == FAILED and live.saved.error == STOPPED
         assert reader.live(live.message_id).saved.error == STOPPED
+        # Retry reuses the message id: the last attempt's Stop and saved turn are not carried over
+        from lib.turn.turns import retry_turn
+
+        again = retry_turn(store, DemoModel(delay_s=0.005), USER, live.saved and store.open_session(
+            USER, live.session_id).session, live.saved, [], budget_tokens=4000)
+        retried = writer.start(again)
+        assert retried.wait(20) and retried.saved.status == DONE
+        assert reader.live(live.message_id).saved.status == DONE
 
     def test_redis_killed_mid_answer_the_answer_still_completes_and_is_saved(self, store, redis_server, caplog):
         hot = tier(redis_server)

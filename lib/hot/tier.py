@@ -84,6 +84,7 @@ class HotTier:
 
         def work(r):
             with r.pipeline(transaction=False) as p:
+                p.delete(key)  # a Retry reuses the message id: the last attempt's saved turn and Stop must go
                 p.hset(key, mapping={"user": live.user_id, "session": live.session_id, "status": live.status,
                                      "watched": time.time()})
                 p.expire(key, self.ttl)

@@ -177,3 +177,19 @@ def test_on_a_phone_the_demo_banner_takes_two_lines_at_most_and_suggestions_are_
     assert box["height"] <= 64  # two lines of caption text (the st.info box it replaces took five)
     for button in page.locator(".st-key-suggestions button p").all():
         assert button.evaluate("p => p.scrollWidth <= p.clientWidth")  # nothing hidden behind an ellipsis
+
+
+def test_what_the_model_saw_lists_the_parts_of_the_prompt(app_url, browser):
+    page = new_page(browser)
+    ask(page, app_url, "My name is Ada and I prefer Python.")
+    answered(page)
+    box = page.locator("[data-testid='stChatInput'] textarea")
+    box.fill("Which language should the example use?")
+    box.press("Enter")
+    page.get_by_text("out tokens").nth(1).wait_for(timeout=120_000)
+    page.get_by_text("What the model saw").last.click()
+    table = page.locator("[data-testid='stDataFrame']")
+    table.wait_for(timeout=30_000)
+    page.get_by_text("tokens in all").wait_for(timeout=30_000)
+    page.screenshot(path=str(ARTIFACTS / "chat-what-the-model-saw.png"), full_page=True)
+    assert not [e for e in page.errors if "favicon" not in e]

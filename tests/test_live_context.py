@@ -39,6 +39,8 @@ class TestContextOnThePage:
                                         "question": "Your question", "summary": "Summary of earlier turns",
                                         "recalled": "Recalled older turn"}[k] for k in kinds]
         assert list(table["Tokens"]) == [part["tokens"] for part in message.context]
+        what = dict(zip(kinds, table["What"]))
+        assert what["turn"] == "My name is Ada and I prefer Python." and what["question"] == "What language do I like?"
 
     def test_memories_are_extracted_by_the_worker_after_the_save(self):
         at = send(new_browser(), "My name is Ada and I prefer Python.")

@@ -226,7 +226,9 @@ class ChatPage(LiveTurns):
             st.caption(self.notes.get(m.message_id))  # the context loader's sentence: what was summarised or left out
         if m.output_truncated:
             st.caption(f"The answer was cut to fit the {ITEM_LIMIT_BYTES // 1024} KB storage limit.")
-        turn_view.model_saw(m)
+        known = self.cache.memory.get(self.me.user_id)
+        turn_view.model_saw(m, {t.message_id: t for t in self.view.messages},
+                            {x.memory_id: x.text for x in known.memories} if known else {})
         with st.container(horizontal=True, vertical_alignment="center", gap="small"):
             value = st.feedback("thumbs", key=f"fb-{m.message_id}", default=m.feedback)
             turn_view.copy_control(m)

@@ -91,8 +91,9 @@ _KINDS = {"system": "Instructions", "memory": "Memory", "summary": "Summary of e
           "recalled": "Recalled older turn", "turn": "Recent turn", "question": "Your question"}
 
 
-def model_saw(m: Message) -> None:
-    """'What the model saw': each part of the prompt with its tokens (from the turn item: ids and counts only).
+def model_saw(m: Message, turns: dict[str, Message], memories: dict[str, str]) -> None:
+    """'What the model saw': each part of the prompt with its tokens (from the turn item: ids and counts only;
+    a part is described by the loaded turn's question or the memory's text when this page has them).
     Drawn only while opened, so a closed one costs a rerun nothing."""
     if not m.context:
         return
@@ -100,13 +101,29 @@ def model_saw(m: Message) -> None:
                       on_change="rerun")
     if not box.open:
         return
+
+    def what(part: dict) -> str:
+        ident = part.get("id", "")
+        if part.get("kind") in ("turn", "recalled") and ident in turns:
+            return _clip(turns[ident].input_body)
+        if part.get("kind") == "memory" and ident in memories:
+            return _clip(memories[ident])
+        if part.get("kind") == "question":
+            return _clip(m.input_body)
+        return ident
+
     total = sum(int(part.get("tokens", 0)) for part in m.context)
     rows = [{"Part": _KINDS.get(part.get("kind"), part.get("kind", "?")), "Tokens": int(part.get("tokens", 0)),
-             "Id": part.get("id", ""), "Cut to fit": "yes" if part.get("excerpt") else ""} for part in m.context]
+             "What": what(part), "Cut to fit": "yes" if part.get("excerpt") else ""} for part in m.context]
     box.dataframe(rows, hide_index=True, width="stretch")
-    memories = [part["id"] for part in m.context if part.get("kind") == "memory" and part.get("id")]
-    box.caption(f"{total:,} tokens in all. " + (f"Memories used: {len(memories)} (see the Memory page)."
-                                               if memories else "No memories were used."))
+    used = [part["id"] for part in m.context if part.get("kind") == "memory" and part.get("id")]
+    box.caption(f"{total:,} tokens in all. " + (f"Memories used: {len(used)} (see the Memory page)."
+                                               if used else "No memories were used."))
+
+
+def _clip(text: str, limit: int = 80) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[:limit - 1] + "…"
 
 
 def summary_divider(summary: Any, label: str, regenerate: Any) -> None:

@@ -125,20 +125,32 @@ class _Partition:
     def __init__(self) -> None:
         self.entries: dict[tuple[str, str], tuple[dict, np.ndarray, str]] = {}
         self._matrix: tuple[list, np.ndarray] | None = None
+        self._columns: dict[str, np.ndarray] = {}  # inline filter attribute -> its values, in matrix order
 
     def put(self, key: tuple[str, str], filters: dict, vector: np.ndarray, item: str) -> None:
         self.entries[key] = (filters, vector, item)
-        self._matrix = None
+        self._matrix, self._columns = None, {}
 
     def drop(self, key: tuple[str, str]) -> None:
         if self.entries.pop(key, None) is not None:
-            self._matrix = None
+            self._matrix, self._columns = None, {}
 
-    def matrix(self, dimensions: int) -> tuple[list, np.ndarray]:
+    def mask(self, keys: list, filters: dict) -> np.ndarray:
+        """Rows whose inline filter attributes equal `filters` (a numpy column per attribute, built once)."""
+        rows = np.ones(len(keys), dtype=bool)
+        for name, value in filters.items():
+            if name not in self._columns:
+                self._columns[name] = np.array([json.dumps(self.entries[k][0].get(name), sort_keys=True)
+                                                for k in keys], dtype=object)
+            rows &= self._columns[name] == json.dumps(value, sort_keys=True)
+        return rows
+
+    def matrix(self, dimensions: int) -> tuple[list, np.ndarray, np.ndarray]:
+        """(keys, vectors as one float32 matrix, their norms), rebuilt only after a change."""
         if self._matrix is None:
             keys = list(self.entries)
             stacked = np.stack([self.entries[k][1] for k in keys]) if keys else np.zeros((0, dimensions), np.float32)
-            self._matrix = (keys, stacked)
+            self._matrix = (keys, stacked, np.linalg.norm(stacked, axis=1))
         return self._matrix
 
 
@@ -422,12 +434,15 @@ class VectorState:
                            f"dimensions of vector index {index.name} ({index.dimensions}).")
         hash_text, filters = self._condition(index, request)
         part = self._partition(table, index, hash_text)
-        keys, matrix = part.matrix(index.dimensions)
+        keys, matrix, norms = part.matrix(index.dimensions)
+        scores = _scores(index.distance, matrix, norms, query)
+        rank = -scores if index.distance == "DOT_PRODUCT" else scores.copy()  # smaller is better
         if filters:
-            rows = [i for i, k in enumerate(keys) if all(part.entries[k][0].get(f) == v for f, v in filters.items())]
-            keys, matrix = [keys[i] for i in rows], matrix[rows]
-        scores = _scores(index.distance, matrix, query)
-        order = np.argsort(-scores if index.distance == "DOT_PRODUCT" else scores, kind="stable")[:top_k]
+            rank[~part.mask(keys, filters)] = np.inf
+        candidates = np.flatnonzero(np.isfinite(rank))
+        if len(candidates) > top_k:
+            candidates = candidates[np.argpartition(rank[candidates], top_k - 1)[:top_k]]
+        order = candidates[np.lexsort((candidates, rank[candidates]))]  # ties: insertion order
         wanted = _projection(request)
         results, size = [], 0
         for i in order:
@@ -486,18 +501,19 @@ class VectorState:
         return key_text(kind, value), found
 
 
-def _scores(distance: str, matrix: np.ndarray, query: np.ndarray) -> np.ndarray:
+def _scores(distance: str, matrix: np.ndarray, norms: np.ndarray, query: np.ndarray) -> np.ndarray:
+    """Every row's score against the query, in float64 (the vectors stay float32, as the index stores them)."""
     if len(matrix) == 0:
         return np.zeros(0, dtype=np.float64)
-    m, q = matrix.astype(np.float64), query.astype(np.float64)
-    if distance == "EUCLIDEAN":
-        return np.linalg.norm(m - q, axis=1)
-    dots = m @ q
+    if distance == "EUCLIDEAN":  # |m - q|^2 = |m|^2 - 2 m.q + |q|^2, without copying the matrix
+        squared = norms.astype(np.float64) ** 2 - 2 * (matrix @ query).astype(np.float64) + float(query @ query)
+        return np.sqrt(np.maximum(squared, 0.0))
+    dots = (matrix @ query).astype(np.float64)
     if distance == "DOT_PRODUCT":
         return dots
-    norms = np.linalg.norm(m, axis=1) * np.linalg.norm(q)
+    scale = norms.astype(np.float64) * float(np.linalg.norm(query))
     with np.errstate(divide="ignore", invalid="ignore"):
-        cos = np.where(norms > 0, dots / norms, 0.0)
+        cos = np.where(scale > 0, dots / scale, 0.0)
     return 1.0 - np.clip(cos, -1.0, 1.0)
 
 

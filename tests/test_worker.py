@@ -59,6 +59,19 @@ class TestGeneration:
         wait_for(lambda: fake_model.streams and fake_model.streams[-1]["client_closed"])
         assert fake_model.streams[-1]["sent"] < 400
 
+    def test_stop_while_the_model_is_silent_cuts_the_connection_within_a_second(self, store, fake_model):
+        fake_model.enqueue(Behaviour("text", chunks=["first ", "second ", "third "], chunk_delay_s=3))
+        gens = Generations()
+        live = gens.start(turn_for(store, claude(fake_model)))
+        wait_for(lambda: fake_model.streams)  # the stream is open; the first chunk is 3 s away
+        time.sleep(0.2)
+        assert gens.stop(live.message_id)
+        assert live.wait(10)
+        # Nothing was received: the worker did not wait for the first chunk, the connection was cut before it
+        assert live.saved.status == FAILED and live.saved.error == STOPPED and live.chunks == 0
+        wait_for(lambda: fake_model.streams[-1]["client_closed"])
+        assert fake_model.streams[-1]["sent"] <= 1  # the write after the cut went nowhere; the next one failed
+
     def test_a_bug_mid_stream_fails_the_turn_with_retry_keeping_what_arrived(self, store, monkeypatch):
         from lib.turn.live import LiveAnswer
 

@@ -62,6 +62,7 @@ class Reply:
     complete: bool = False
     _parts: list[str] = field(default_factory=list, repr=False)
     _joined: tuple[int, str] = field(default=(0, ""), repr=False)
+    _abort: Callable[[], None] | None = field(default=None, repr=False)
 
     @property
     def text(self) -> str:
@@ -90,6 +91,12 @@ class Reply:
             raise ModelError(describe_failure(exc, started=bool(parts))) from exc
         finally:
             self.ended_at = keys.now()
+
+    def abort(self) -> None:
+        """From any thread: cut the model's connection now (Stop while the model sends nothing); the iterating
+        thread's read fails at once. A no-op for a provider without a connection (the demo model)."""
+        if self._abort is not None:
+            self._abort()
 
     def close(self) -> None:
         """Close the model's stream (the anthropic SDK's HTTP response) so no more output is sent or paid for.
@@ -161,10 +168,12 @@ class AnthropicModel:
             # The SDK retries 429/529/connection errors before the first byte; a drop mid-stream is final.
             with self._client.messages.stream(model=self.name, max_tokens=self.max_tokens,
                                               system=prompt.system_blocks(), messages=prompt.messages) as stream:
+                reply._abort = lambda: _cut(stream)
                 yield from stream.text_stream
                 yield _usage(stream.get_final_message().usage)
 
-        return Reply(self.name, source())
+        reply = Reply(self.name, source())
+        return reply
 
     def title(self, question: str, answer: str) -> tuple[str, Usage]:
         fallback = question
@@ -186,6 +195,22 @@ class AnthropicModel:
         except Exception as exc:
             raise ModelError(describe_failure(exc, started=False)) from exc
         return "".join(getattr(block, "text", "") for block in response.content), _usage(response.usage)
+
+
+def _cut(stream: Any) -> None:
+    """Shut the stream's socket down: unlike close(), this wakes a thread blocked reading it (httpx/httpcore
+    expose the socket as the response's network_stream)."""
+    import socket
+
+    try:
+        network = stream.response.extensions.get("network_stream")
+        sock = network.get_extra_info("socket") if network is not None else None
+        if sock is not None:
+            sock.shutdown(socket.SHUT_RDWR)
+            return
+    except (AttributeError, OSError):
+        pass  # already closed, or a transport without a socket: closing is the best left
+    stream.close()
 
 
 def _usage(usage: Any) -> Usage:

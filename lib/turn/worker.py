@@ -23,6 +23,7 @@ from lib.turn.turns import STOPPED, Turn
 
 UNWATCHED = "Stopped: no open page showed this answer for {seconds:g} s (CHAT_UNWATCHED_STOP_S)."
 CRASHED = "The answer failed because of an error in the app (it is logged). Press Retry."
+ABORT_AFTER_S = 0.5  # a Stop the worker has not acted on by then (the model is silent) cuts the connection
 SAVE_RETRY_S = 2.0  # a save throttled past botocore's retries is tried again this often
 KEEP_S = 120.0  # a finished LiveAnswer stays findable this long, for tabs that were following it
 
@@ -45,6 +46,7 @@ class Generations:
         self._lock = threading.Lock()
         self._live: dict[str, LiveAnswer] = {}
         self._threads: dict[str, threading.Thread] = {}
+        self._turns: dict[str, Turn] = {}
         self._ended: dict[str, float] = {}
         Generations._instances.add(self)
 
@@ -74,7 +76,20 @@ class Generations:
     def stop(self, message_id: str, reason: str = STOPPED) -> bool:
         """Stop a live answer: the worker closes the model stream at its next chunk and saves it as stopped."""
         live = self.get(message_id)
-        return live is not None and live.request_stop(reason)
+        if live is None or not live.request_stop(reason):
+            return False
+        # The worker acts on Stop at its next chunk; a model that sends nothing for a while (a long pause, a
+        # slow first token) would keep it waiting, so the connection is cut if the stream is still open then.
+        timer = threading.Timer(ABORT_AFTER_S, self._abort, args=(message_id,))
+        timer.daemon = True
+        timer.start()
+        return True
+
+    def _abort(self, message_id: str) -> None:
+        live, turn = self.get(message_id), self._turns.get(message_id)
+        if live is not None and turn is not None and live.stream_closed_at is None and turn.reply is not None:
+            logs.event("generation_aborted", message_id=message_id)
+            turn.reply.abort()
 
     # --- the worker ---------------------------------------------------------------------------------
     def start(self, turn: Turn, *, title: Callable[[Turn], object] | None = None,
@@ -87,6 +102,7 @@ class Generations:
             self._prune()
             self._live[live.message_id] = live
             self._threads[live.message_id] = thread
+            self._turns[live.message_id] = turn
         if self.hot is not None:
             self.hot.begin(live)
         thread.start()
@@ -111,6 +127,7 @@ class Generations:
             with self._lock:
                 self._ended[live.message_id] = time.monotonic()
                 self._threads.pop(live.message_id, None)
+                self._turns.pop(live.message_id, None)
 
     def _stream(self, turn: Turn, live: LiveAnswer) -> None:
         """Iterate the model stream into the live buffer until it ends, fails, or is stopped."""

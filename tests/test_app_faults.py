@@ -62,17 +62,20 @@ class TestModelFaults:
 
 
 KILLED = """
-import os
+import os, time
 from lib.config import Settings
 from lib.services import build_services
+from lib.turn.models import DemoModel
 from lib.turn.turns import begin_turn
+from lib.turn.worker import Generations
 services = build_services(Settings.load(env={{"CHAT_DATA_DIR": {folder!r}, "CHAT_TABLE": {table!r}}}, secrets={{}}))
-turn = begin_turn(services.store, services.model, "dev@localhost", None, "did my question survive?", [],
+turn = begin_turn(services.store, DemoModel(delay_s=0.05), "dev@localhost", None, "did my question survive?", [],
                   system_prompt_id="default-v1", budget_tokens=1000)
-chunks = iter(turn)
-next(chunks)  # the answer has started streaming...
+live = Generations().start(turn)  # the worker streams the answer...
+while live.chunks < 3:
+    time.sleep(0.01)
 print(turn.session.session_id, flush=True)
-os._exit(9)  # ...and the process is killed: no finish, no fail, no atexit
+os._exit(9)  # ...and the process is killed: the worker dies with it, no finish, no fail, no atexit
 """
 
 

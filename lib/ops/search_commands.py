@@ -149,8 +149,14 @@ def _reindex(args: argparse.Namespace, settings: Settings, out: Any, err: Any) -
         with db.action("index", None):
             users = [args.user] if args.user else list(registered_users(db))
         total = ReindexCounts(users=0)
-        for user in Progress(users, f"reindex ({indexer.embedder.model})", total=len(users)):
-            counts = reindex_user(indexer, user, everything=args.all)
+        turns = Progress([], "  turns embedded", stream=err)  # a second line: chats of one user can be long
+
+        def embedded(n: int) -> None:
+            turns.done += n
+            turns._draw()
+
+        for user in Progress(users, f"reindex ({indexer.embedder.model}), users", total=len(users), stream=err):
+            counts = reindex_user(indexer, user, everything=args.all, progress=embedded)
             for name in ("users", "sessions", "turns", "memories", "skipped"):
                 setattr(total, name, getattr(total, name) + getattr(counts, name))
     finally:

@@ -83,3 +83,15 @@ class TestNote:
         assert context_note(SimpleNamespace(note=note)) == \
             "The model saw the newest 0 of 1 earlier turn; 1 earlier turn was left out (token budget)."
         assert context_note(SimpleNamespace(note=None)) is None
+
+
+class TestSearchIndex:
+    def test_the_worker_indexes_the_saved_turn_for_search_after_the_save(self):
+        from lib.search.indexer import make_indexer
+
+        at = send(new_browser(), "How do I rotate the cursor secret on every replica?")
+        (saved,) = services().store.open_session(DEV, open_id(at)).messages
+        indexer = make_indexer(services())
+        query = indexer.embed(DEV, ["rotate the cursor secret"], kind="query")[0]
+        hits = indexer.vectors.search(DEV, query, 5)
+        assert saved.message_id in {hit.item.get("message_id") for hit in hits}, [h.item for h in hits]

@@ -115,13 +115,13 @@ class Generations:
             saved = self._save(turn, live, started)
             if saved is not None:
                 if title is not None and saved.status == DONE:
-                    live.renamed = _quietly("title", lambda: title(turn))
+                    live.renamed = quietly("title", lambda: title(turn))
                 if self.hot is not None:  # before the tabs of this process see it: they adopt hot_version
                     self.hot.saved(live, saved)
                     live.hot_version = self.hot.bump(live.user_id, live.session_id)
                 live.finish(saved)
                 if after_save is not None:
-                    _quietly("after_save", lambda: after_save(saved, live))
+                    quietly("after_save", lambda: after_save(saved, live))
         finally:
             live.done()
             with self._lock:
@@ -203,8 +203,9 @@ def wait_all_idle(timeout: float = 30.0) -> bool:
     return all(g.wait_idle(max(0.0, deadline - time.monotonic())) for g in list(Generations._instances))
 
 
-def _quietly(what: str, work: Callable[[], object]) -> object:
-    """Post-save work is worth a log line, never a lost answer: the turn is already saved."""
+def quietly(what: str, work: Callable[[], object]) -> object:
+    """Post-save work is worth a log line, never a lost answer: the turn is already saved (each step on its
+    own, so a failed summary does not skip the memories)."""
     try:
         return work()
     except Exception as exc:

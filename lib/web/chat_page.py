@@ -15,6 +15,8 @@ from lib.storage.itemsize import ITEM_LIMIT_BYTES
 from lib.storage.records import DONE, FAILED, PENDING, Message
 from lib.turn.flow import ContextNotes, title_first_turn
 from lib.turn.turns import Turn, begin_turn, retry_turn
+from lib.turn.worker import quietly
+from lib.search.indexer import index_turn_after_save
 from lib.web import export, live_view, turn_view, ui
 from lib.web.bootstrap import PageStart
 from lib.web.live_turns import LiveTurns
@@ -252,8 +254,13 @@ class ChatPage(LiveTurns):
 
         def after_save(saved: Message, live) -> None:
             turns = [saved if m.message_id == saved.message_id else m for m in history]
-            live.summary = engine.summarize_after_save(user, turn.session, turns, summary).summary
-            engine.extract_memories_after_save(cache, user, saved)
+            outcome = quietly("summary", lambda: engine.summarize_after_save(user, turn.session, turns, summary))
+            live.summary = outcome.summary if outcome is not None else None
+            title = (live.renamed or turn.session).title
+            quietly("index", lambda: index_turn_after_save(engine.indexer, user, title, saved))  # for Search
+            added = quietly("memories", lambda: engine.extract_memories_after_save(cache, user, saved))
+            for memory in getattr(added, "added", []) if engine.indexer is not None else []:
+                quietly("index_memory", lambda m=memory: engine.indexer.index_memory(user, m))
 
         self.generations.start(turn, title=title if first else None, after_save=after_save)
 

@@ -83,3 +83,15 @@ def test_q_fills_the_box(svc):
     chat(svc, DEV, "Kubernetes ingress timeouts", "Raise proxy-read-timeout.")
     at = search_page(None, q="ingress timeouts")
     assert at.text_input[0].value == "ingress timeouts" and len(links(at)) == 1
+
+
+def test_the_cost_page_shows_vector_bytes_with_their_price_unknown(svc):
+    chat(svc, DEV, "How do we rotate the database password?", "Use the secrets manager rotation.")
+    search_page("rotate password")
+    svc.ledger.flush(final=True)  # the page's own process reads the stored ledger
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.run()
+    at.switch_page("pages/cost.py").run()
+    assert not at.exception, at.exception
+    (line,) = [c.value for c in at.caption if c.value.startswith("Vector search is billed in bytes")]
+    assert "price unknown: set CHAT_PRICE_VECTOR_WRITE_PER_GB" in line and "bytes written to the vector index" in line

@@ -12,7 +12,7 @@ from urllib.parse import urlencode
 import streamlit as st
 
 from lib.search.hybrid import MAX_QUERY_CHARS, highlight, search_chats
-from lib.search.indexer import make_indexer
+from lib.search.indexer import searchable_indexer
 from lib.storage import keys
 from lib.web import ui
 from lib.web.bootstrap import start_page
@@ -24,8 +24,8 @@ svc, me = start.svc, start.me
 
 @st.cache_resource(show_spinner=False)
 def indexer_for(table: str):
-    """One embedder per process (the local model's weights load once)."""
-    return make_indexer(svc)
+    """One embedder per process (the local model's weights load once); None without the vector index."""
+    return searchable_indexer(svc)
 
 
 def marked(text: str, query: str) -> str:
@@ -57,6 +57,10 @@ st.caption("Finds turns by meaning and by their words. Only your own chats are s
 if query.strip():
     with ui.errors_shown():
         indexer = indexer_for(svc.database.table)
+        if indexer is None and svc.settings.embed_provider != "off":
+            st.info("Search needs the table's vector index: an operator adds it with "
+                    "`python -m lib.admin add-vector-index`.", icon=":material/info:")
+            st.stop()
         outcome = search_chats(indexer.vectors if indexer else None, indexer.embedder if indexer else None,
                                me.user_id, query, top=20)
         if outcome.note:

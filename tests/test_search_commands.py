@@ -69,3 +69,17 @@ def test_imported_history_is_searchable_without_a_reindex(env, capsys, tmp_path)
     results = json.loads(capsys.readouterr().out)["results"]
     assert {r["session_id"] for r in results} == {session_id} and len(results) == 2
     assert results[0]["title"] == "Garden"
+
+
+def test_search_without_a_matching_vector_index_says_how_to_add_it(monkeypatch, server, capsys):
+    from lib.storage.database import local_client
+    from lib.storage.schema import create_table
+
+    name = f"cmd-{uuid.uuid4().hex[:10]}"
+    create_table(local_client(server), name, vector_dimensions=8)  # another model's index
+    monkeypatch.setenv("CHAT_TABLE", name)
+    monkeypatch.setenv("CHAT_DATA_DIR", ":memory:")
+    assert main(["search", "--user", "alice", "anything"]) == 2
+    assert "add-vector-index" in capsys.readouterr().err
+    assert main(["add-vector-index"]) == 2
+    assert "dimensions are fixed when an index is made" in capsys.readouterr().err

@@ -49,12 +49,19 @@ def run(args: argparse.Namespace, settings: Settings, *, out: Any = None, err: A
         return 2
 
 
-def _services(settings: Settings):
-    from lib.search.indexer import make_indexer
+def _services(settings: Settings, *, searchable: bool = False):
+    from lib.search.indexer import make_indexer, searchable_indexer
     from lib.services import build_services
 
     svc = build_services(settings)
-    return svc, make_indexer(svc)
+    if not searchable:
+        return svc, make_indexer(svc)
+    indexer = searchable_indexer(svc)
+    if indexer is None and settings.embed_provider != "off":
+        svc.ledger.close()
+        raise ValueError(f"table '{settings.table}' has no vector index of {settings.embed_dimensions} dimensions: "
+                         "add it with `python -m lib.admin add-vector-index`")
+    return svc, indexer
 
 
 def _search(args: argparse.Namespace, settings: Settings, out: Any) -> int:
@@ -74,7 +81,7 @@ def _search(args: argparse.Namespace, settings: Settings, out: Any) -> int:
         raise ValueError("give a QUERY or --questions FILE")
     if not 1 <= args.top <= 100:
         raise ValueError("--top must be between 1 and 100")
-    svc, indexer = _services(settings)
+    svc, indexer = _services(settings, searchable=True)
     try:
         for query in queries:
             outcome = search_chats(indexer.vectors if indexer else None, indexer.embedder if indexer else None,

@@ -156,14 +156,17 @@ def test_memory_vectors_follow_edits_and_deletes(client, table, meter, indexer):
     assert VectorStore(indexer.db).search("u-1", [0.1] * 256, 5, kind="memory") == []
 
 
-def test_reindex_embeds_what_lacks_a_vector_and_resumes(store, indexer, client, table, meter):
+def test_reindex_embeds_what_lacks_a_vector_and_resumes(store, indexer, client, table, meter, requests):
     for question, answer in FACTS:
         finished_chat(store, "u-1", question, answer)
     MemoryStore(client, table, meter).add("u-1", "I am a vegetarian", session_id=None, message_id=None)
     first = reindex_user(indexer, "u-1")
     assert (first.sessions, first.turns, first.memories) == (3, 3, 1)
+    requests.reset()
     again = reindex_user(indexer, "u-1")
     assert (again.turns, again.memories, again.skipped) == (0, 0, 4)
+    # Done chats are skipped by their metas' counts: vectors, sidebar, metas, memories, memory vectors; no turn read.
+    assert requests.names == ["Query", "Query", "BatchGetItem", "Query", "Query"]
     assert reindex_user(indexer, "u-1", everything=True).turns == 3
 
 

@@ -145,13 +145,28 @@ def reindex_user(indexer: Indexer, user_id: str, *, everything: bool = False,
 
     counts = ReindexCounts(users=1)
     have = {} if everything else {sk: model for sk, model in indexer.vectors.models(user_id)}
-    for row in _sessions(indexer.db, user_id):
+    rows = list(_sessions(indexer.db, user_id))
+    # A chat with a vector of this model for every turn is skipped without reading its turns: its meta's
+    # message_count (100 metas per BatchGetItem) against its vector items.
+    with indexer.db.action("index", user_id):
+        metas = {m["session_id"]["S"]: int(m.get("message_count", {}).get("N", "0")) for m in indexer.db.batch_get(
+            [keys.meta_key(user_id, r["session_id"]) for r in rows], consistent=False)} if have else {}
+    per_session: dict[str, int] = {}
+    for sk, model in have.items():
+        if model == indexer.embedder.model and keys.record_kind(sk) == keys.VECTOR:
+            try:
+                per_session[keys.vector_parts(sk)[0]] = per_session.get(keys.vector_parts(sk)[0], 0) + 1
+            except ValueError:
+                continue  # a VEC# item of another shape
+    for row in rows:
         counts.sessions += 1
         session_id, title = row["session_id"], row.get("title", "")
+        done = per_session.get(session_id, 0)
+        counts.skipped += done
+        if done and done >= metas.get(session_id, -1):
+            continue
         todo = [m for m in _turns(indexer.db, user_id, session_id) if indexable(m)
                 and have.get(keys.vector_key(user_id, session_id, m.message_id)["sk"]) != indexer.embedder.model]
-        counts.skipped += sum(1 for sk in have if sk.startswith(keys.session_vector_prefix(session_id))) \
-            if not everything else 0
         counts.turns += indexer.index_turns(user_id, title, todo)
         if progress:
             progress(len(todo))

@@ -187,3 +187,36 @@ def test_a_second_browser_follows_the_answer_live_until_it_is_saved(app_url, pag
     other.get_by_text("out tokens").first.wait_for(timeout=90_000)
     page.get_by_text("out tokens").first.wait_for(timeout=30_000)
     assert answer.inner_text().count("Start from the queries") == 1
+
+
+PREPARE_LONG_CHAT = """
+from lib.config import Settings
+from lib.services import build_services
+store = build_services(Settings.load(env={{"CHAT_DATA_DIR": {folder!r}}}, secrets={{}})).store
+session, m = store.create_session("dev@localhost", "turn 0", system_prompt_id="default-v1")
+ids = [m.message_id]
+store.finish_message("dev@localhost", m, output_body="answer 0", input_token=1, output_token=1,
+                     response_start_time=m.create_time, response_end_time=m.create_time)
+for i in range(1, 45):
+    session, m = store.send_message("dev@localhost", session, f"turn {{i}}", system_prompt_id="default-v1")
+    ids.append(m.message_id)
+    store.finish_message("dev@localhost", m, output_body=f"answer {{i}}", input_token=1, output_token=1,
+                         response_start_time=m.create_time, response_end_time=m.create_time)
+print(session.session_id, ids[3])
+"""
+
+
+def test_a_link_to_an_old_turn_opens_the_chat_scrolled_to_it(tmp_path, page):
+    """Search's result links (`?session=&turn=`): the turn is paged in, marked, and scrolled to."""
+    folder = str(tmp_path / "data")
+    prepared = subprocess.run([sys.executable, "-c", PREPARE_LONG_CHAT.format(folder=folder)], cwd=ROOT,
+                              capture_output=True, text=True, timeout=120)
+    session_id, turn_id = prepared.stdout.split()
+    with serve_app(tmp_path) as url:
+        page.goto(f"{url}/?session={session_id}&turn={turn_id}")
+        page.get_by_text("answer 3", exact=True).wait_for(timeout=60_000)
+        linked = page.locator(f".st-key-linked-{turn_id}")
+        deadline = time.monotonic() + 10
+        while not 0 <= linked.bounding_box()["y"] < 900:  # scrolled into the viewport once the page settled
+            assert time.monotonic() < deadline, "the linked turn was never scrolled into view"
+            time.sleep(0.2)

@@ -41,6 +41,21 @@ class TestLongChats:
         assert len(at.chat_message) == 80
         assert requests_made(lambda: at.run()) == []  # a rerun reads nothing
 
+    def test_a_link_to_an_old_turn_pages_back_to_it_and_shows_it_marked(self):
+        session = a_chat_of(45)
+        target = services().store.all_messages(DEV, session.session_id)[3]  # "turn 3", two pages back
+        records = requests_made(lambda: new_browser(session=session.session_id, turn=target.message_id))
+        assert [(r.operation, r.action) for r in records][:2] == [("Query", "sidebar"), ("Query", "open")]
+        assert len([r for r in records if r.operation == "Query"]) == 4  # sidebar, the chat, 2 older pages
+        at = new_browser(session=session.session_id, turn=target.message_id)
+        assert not at.exception and "turn 3" in user_turns(at)
+        assert at.get("iframe")  # the one-off scroll to it
+        at.run()
+        assert not at.get("iframe")  # once
+        for bad in ("../../etc", "01NOTAVALIDULID", "z" * 26):  # not a turn id: nothing is paged
+            records = requests_made(lambda: new_browser(session=session.session_id, turn=bad))
+            assert [r.operation for r in records] == ["Query", "Query"]
+
     def test_a_collapsed_page_is_not_drawn_and_an_opened_one_is(self):
         session = a_chat_of(45)
         at = new_browser(session=session.session_id)

@@ -5,6 +5,8 @@ turn in lib.turn.flow; this module only draws and routes clicks.
 """
 from __future__ import annotations
 
+import re
+
 import streamlit as st
 
 from lib.context.cache import cache_in
@@ -28,6 +30,9 @@ SUGGESTIONS = ["How should I design a DynamoDB table for chat history?",
                "Explain this Python error: KeyError: 'user_id'"]
 RENAME_POPOVER = "rename-popover"
 COMPOSER = "composer"
+SCROLL_TO = "scroll_to_turn"  # a turn a link pointed at, scrolled to on the next draw
+MAX_TURN_PAGES = 25  # pages of 20 turns paged back to find a linked turn
+_TURN_ID = re.compile(r"[0-9A-HJKMNP-TV-Z]{26}")  # a ULID
 TYPE_AHEAD = "type_ahead"  # set when a question was refused because this chat's answer is still coming
 
 
@@ -53,6 +58,22 @@ class ChatPage(LiveTurns):
             self.view.ensure_sidebar(self.store)
             if wanted != self.view.open_id and wanted != self.view.not_found:
                 self.view.navigate(self.store, wanted, self.hot)
+                self._find_turn(st.query_params.get("turn"))
+
+    def _find_turn(self, turn_id: str | None) -> None:
+        """A link to one turn (Search's results): page back until it is loaded (at most MAX_TURN_PAGES Queries),
+        then the page scrolls to it once. An id that is not in this chat is ignored."""
+        view = self.view
+        if not turn_id or not _TURN_ID.fullmatch(turn_id):
+            return
+        pages = 0
+        # Turn ids are ULIDs: they sort by time, so only an id older than the oldest loaded turn is paged to.
+        while view.open_id and view.messages and turn_id < view.messages[0].message_id \
+                and view.older_cursor and pages < MAX_TURN_PAGES:
+            view.load_earlier(self.store)
+            pages += 1
+        if turn_id in {m.message_id for m in view.messages}:
+            st.session_state[SCROLL_TO] = turn_id
 
     def go_to(self, session_id: str | None) -> None:
         """Navigation: the URL says which session is open; the run that follows loads it (1 Query)."""
@@ -148,7 +169,9 @@ class ChatPage(LiveTurns):
         pages, newest = turn_view.groups(view.messages)
         number = view.session.message_count - len(view.messages) + 1
         for index, page in enumerate(pages):
-            box = turn_view.older_page(view.open_id, number, page, generation=len(view.messages), top=index == 0)
+            target = st.session_state.get(SCROLL_TO) in {m.message_id for m in page}
+            box = turn_view.older_page(view.open_id, number, page, generation=len(view.messages),
+                                       top=index == 0 or target)
             if box.open:
                 with box:
                     for message in page:
@@ -158,13 +181,22 @@ class ChatPage(LiveTurns):
             self.turn(message)
 
     def turn(self, m: Message) -> None:
+        if st.session_state.get(SCROLL_TO) == m.message_id:
+            del st.session_state[SCROLL_TO]
+            with st.container(key=f"linked-{m.message_id}", border=True):
+                self._turn(m)
+            turn_view.scroll_to(f"linked-{m.message_id}")
+        else:
+            self._turn(m)
+        summary = self.view.summary
+        if summary is not None and summary.covered_until == m.message_id:
+            turn_view.summary_divider(summary, divider_label(summary), self._regenerate_summary)
+
+    def _turn(self, m: Message) -> None:
         with st.chat_message("user"):
             turn_view.question(m)
         with st.chat_message("assistant"):
             self.answer(m)
-        summary = self.view.summary
-        if summary is not None and summary.covered_until == m.message_id:
-            turn_view.summary_divider(summary, divider_label(summary), self._regenerate_summary)
 
     def _regenerate_summary(self) -> None:
         """Runs before the page (a model call, then 1 conditional PutItem); an error is shown on the page."""

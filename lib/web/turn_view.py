@@ -135,3 +135,15 @@ def summary_divider(summary: Any, label: str, regenerate: Any) -> None:
             render_markdown(view, summary.text)
         st.button("Regenerate", type="tertiary", icon=":material/refresh:", key=f"summary-regen-{summary.version}",
                   on_click=regenerate, help="Write the summary again from the turns it covers (a model call).")
+
+
+def scroll_to(key: str) -> None:
+    """Scroll the page to the container with this key, once (a zero-height component runs the script in the
+    page's origin). `key` is built from a message id read from the table, never from the URL as given."""
+    import streamlit.components.v1 as components
+
+    # Again after the page has settled: Streamlit lays out (and the chat keeps itself scrolled to the bottom)
+    # after this script first runs.
+    components.html("<script>const go = () => { const el = window.parent.document.querySelector("
+                    "'.st-key-" + key + "'); if (el) { el.scrollIntoView({block: 'start'}); } };"
+                    "[100, 500, 1200].forEach((ms) => setTimeout(go, ms));</script>", height=0)

@@ -22,8 +22,6 @@ Every function here runs under server.REQUEST_LOCK: no lock of its own.
 from __future__ import annotations
 
 import json
-import re
-import zlib
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,31 +29,19 @@ from typing import Any
 import numpy as np
 
 from lib.embedded.disk import Disk, key_text
+from lib.embedded.vector_search import (  # noqa: F401  (decorate, error_body, ok_body: the server's)
+    MAX_TOP_K, VectorError, condition, decorate, error_body, invalid as _invalid, ok_body, projection, scores,
+    vector_of as _vector)
 from lib.storage.itemsize import item_size
 
-MAX_TOP_K = 100
 MAX_DIMENSIONS = 4096
 MAX_INDEXES = 5
 CACHE_VECTORS = 100_000  # vectors kept in memory across HASH values (about 100 MB at 256-d, snippets included);
 # the least recently searched partitions beyond it reload from SQLite on their next search
-_DDB = "com.amazonaws.dynamodb.v20120810#"
 _SQL = """CREATE TABLE IF NOT EXISTS vectors (
     tbl TEXT NOT NULL, idx TEXT NOT NULL, pk TEXT NOT NULL, sk TEXT NOT NULL, hash TEXT NOT NULL,
     filters TEXT NOT NULL, vec BLOB NOT NULL, item TEXT NOT NULL, PRIMARY KEY (tbl, idx, pk, sk)) WITHOUT ROWID"""
 _SQL_INDEX = "CREATE INDEX IF NOT EXISTS vectors_by_hash ON vectors (tbl, idx, hash)"
-_TERM = re.compile(r"^\s*([#:]?[A-Za-z0-9_.-]+)\s*(=|<>|<=|>=|<|>)\s*([#:]?[A-Za-z0-9_.-]+)\s*$")
-
-
-class VectorError(Exception):
-    """A request DynamoDB would refuse: (error type, message)."""
-
-    def __init__(self, kind: str, message: str):
-        super().__init__(message)
-        self.kind = kind
-
-
-def _invalid(message: str) -> VectorError:
-    return VectorError("ValidationException", message)
 
 
 @dataclass
@@ -104,19 +90,6 @@ class IndexDef:
             return None
         filters = {f: image[f] for f in self.filters if f in image}
         return key_text(kind, value), filters, vector, self.projected(image)
-
-
-def _vector(value: Any, dimensions: int | None) -> np.ndarray | None:
-    """A list-of-numbers attribute as float32, or None if it is not one (of `dimensions` numbers)."""
-    if not isinstance(value, dict) or "L" not in value:
-        return None
-    numbers = value["L"]
-    if dimensions is not None and len(numbers) != dimensions:
-        return None
-    try:
-        return np.array([float(n["N"]) for n in numbers], dtype=np.float32)
-    except (KeyError, TypeError, ValueError):
-        return None
 
 
 class _Partition:
@@ -432,18 +405,18 @@ class VectorState:
         if len(query) != index.dimensions:
             raise _invalid(f"The number of dimensions of SearchVector ({len(query)}) does not match the "
                            f"dimensions of vector index {index.name} ({index.dimensions}).")
-        hash_text, filters = self._condition(index, request)
+        hash_text, filters = condition(index, request)
         part = self._partition(table, index, hash_text)
         keys, matrix, norms = part.matrix(index.dimensions)
-        scores = _scores(index.distance, matrix, norms, query)
-        rank = -scores if index.distance == "DOT_PRODUCT" else scores.copy()  # smaller is better
+        found = scores(index.distance, matrix, norms, query)
+        rank = -found if index.distance == "DOT_PRODUCT" else found.copy()  # smaller is better
         if filters:
             rank[~part.mask(keys, filters)] = np.inf
         candidates = np.flatnonzero(np.isfinite(rank))
         if len(candidates) > top_k:
             candidates = candidates[np.argpartition(rank[candidates], top_k - 1)[:top_k]]
         order = candidates[np.lexsort((candidates, rank[candidates]))]  # ties: insertion order
-        wanted = _projection(request)
+        wanted = projection(request)
         results, size = [], 0
         for i in order:
             filters_, vector, item_text = part.entries[keys[i]]
@@ -453,130 +426,11 @@ class VectorState:
                 if index.vector_attr in wanted:
                     item[index.vector_attr] = {"L": [{"N": repr(float(x))} for x in vector]}
             size += item_size(item)
-            results.append({"Item": item, "Score": float(scores[i])})
+            results.append({"Item": item, "Score": float(found[i])})
         answer: dict[str, Any] = {"SearchResults": results}
         if request.get("ReturnConsumedCapacity") in ("TOTAL", "INDEXES"):
             answer["ConsumedCapacity"] = {"VectorSearchRequestBytes": float(4 * index.dimensions + size)}
         return answer
-
-    @staticmethod
-    def _condition(index: IndexDef, request: dict) -> tuple[str, dict]:
-        """(HASH value, inline filter equalities) of the SearchConditionExpression; VectorError when it lacks the
-        HASH equality or uses anything but `=` on the search schema's attributes."""
-        text = request.get("SearchConditionExpression")
-        names = request.get("ExpressionAttributeNames") or {}
-        values = request.get("ExpressionAttributeValues") or {}
-        if index.hash_attr is None:
-            if not text:
-                return "", {}
-        elif not text:
-            raise _invalid(f"SearchConditionExpression must give the partition attribute of vector index "
-                           f"{index.name}: {index.hash_attr} = :value.")
-        found: dict[str, dict] = {}
-        for term in re.split(r"\s+AND\s+", text.strip(), flags=re.IGNORECASE):
-            match = _TERM.match(term.strip("() "))
-            if not match:
-                raise _invalid(f"Invalid SearchConditionExpression: {term.strip()!r} (only attribute = :value, "
-                               "joined by AND).")
-            left, op, right = match.groups()
-            if op != "=":
-                raise _invalid(f"Invalid SearchConditionExpression: operator {op} is not supported; only = is.")
-            if left.startswith(":"):
-                left, right = right, left
-            if not right.startswith(":") or right not in values:
-                raise _invalid(f"Invalid SearchConditionExpression: {right} is not a value in "
-                               "ExpressionAttributeValues.")
-            attr = names.get(left, None) if left.startswith("#") else left
-            if attr is None:
-                raise _invalid(f"Invalid SearchConditionExpression: {left} is not in ExpressionAttributeNames.")
-            if attr != index.hash_attr and attr not in index.filters:
-                raise _invalid(f"Invalid SearchConditionExpression: {attr} is not in the search schema of vector "
-                               f"index {index.name}.")
-            found[attr] = values[right]
-        if index.hash_attr is not None and index.hash_attr not in found:
-            raise _invalid(f"SearchConditionExpression must give the partition attribute of vector index "
-                           f"{index.name}: {index.hash_attr} = :value.")
-        hash_value = found.pop(index.hash_attr, {"S": ""}) if index.hash_attr else {"S": ""}
-        kind, value = next(iter(hash_value.items()))
-        return key_text(kind, value), found
-
-
-def _scores(distance: str, matrix: np.ndarray, norms: np.ndarray, query: np.ndarray) -> np.ndarray:
-    """Every row's score against the query, in float64 (the vectors stay float32, as the index stores them)."""
-    if len(matrix) == 0:
-        return np.zeros(0, dtype=np.float64)
-    if distance == "EUCLIDEAN":  # |m - q|^2 = |m|^2 - 2 m.q + |q|^2, without copying the matrix
-        squared = norms.astype(np.float64) ** 2 - 2 * (matrix @ query).astype(np.float64) + float(query @ query)
-        return np.sqrt(np.maximum(squared, 0.0))
-    dots = (matrix @ query).astype(np.float64)
-    if distance == "DOT_PRODUCT":
-        return dots
-    scale = norms.astype(np.float64) * float(np.linalg.norm(query))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        cos = np.where(scale > 0, dots / scale, 0.0)
-    return 1.0 - np.clip(cos, -1.0, 1.0)
-
-
-def _projection(request: dict) -> set[str] | None:
-    text = request.get("ProjectionExpression")
-    if not text:
-        return None
-    names = request.get("ExpressionAttributeNames") or {}
-    wanted = set()
-    for part in text.split(","):
-        part = part.strip()
-        if not re.fullmatch(r"#?[A-Za-z0-9_-]+", part):
-            raise _invalid(f"Invalid ProjectionExpression: {part!r} (top-level attribute names only).")
-        if part.startswith("#"):
-            if part not in names:
-                raise _invalid(f"Invalid ProjectionExpression: {part} is not in ExpressionAttributeNames.")
-            part = names[part]
-        wanted.add(part)
-    return wanted
-
-
-def error_body(exc: VectorError) -> tuple[str, list, list[bytes]]:
-    """A 400 as DynamoDB sends it: botocore raises it as a ClientError with this type and message."""
-    body = json.dumps({"__type": _DDB + exc.kind, "message": str(exc)}).encode()
-    return ("400 Bad Request", [("Content-Type", "application/x-amz-json-1.0"), ("Content-Length", str(len(body)))],
-            [body])
-
-
-def ok_body(answer: dict) -> tuple[str, list, list[bytes]]:
-    body = json.dumps(answer).encode()
-    return ("200 OK", [("Content-Type", "application/x-amz-json-1.0"), ("Content-Length", str(len(body)))], [body])
-
-
-def decorate(operation: str, request: dict, status: str, headers: list, chunks: list[bytes], region: str,
-             state: "VectorState") -> tuple[list, list[bytes]]:
-    """Add what moto leaves out of a successful answer: VectorIndexes in a table description, and a write's
-    VectorWriteRequestBytes (per index, asked for with ReturnConsumedCapacity=INDEXES)."""
-    if not status.startswith("200"):
-        return headers, chunks
-    table = request.get("TableName", "")
-    add_description = operation in ("CreateTable", "UpdateTable", "DescribeTable") and state.defs.get(table)
-    add_bytes = state.write_bytes and request.get("ReturnConsumedCapacity") == "INDEXES"
-    if not (add_description or add_bytes):
-        return headers, chunks
-    answer = json.loads(b"".join(chunks) or b"{}")
-    if add_description:
-        description = answer.get("Table") or answer.get("TableDescription")
-        if description is not None:
-            description["VectorIndexes"] = state.describe(table, region)
-    if add_bytes:
-        consumed = answer.get("ConsumedCapacity")
-        entries = consumed if isinstance(consumed, list) else [consumed] if consumed else []
-        if not entries:
-            entries = [{"TableName": table}]
-            answer["ConsumedCapacity"] = entries if operation in ("TransactWriteItems", "BatchWriteItem") \
-                else entries[0]
-        entries[0]["VectorIndexes"] = {n: {"VectorWriteRequestBytes": b} for n, b in state.write_bytes.items()}
-    body = json.dumps(answer).encode()
-    # botocore checks DynamoDB's x-amz-crc32 and retries on a mismatch: recomputed for the new body.
-    headers = [(k, v) for k, v in headers if k.lower() not in ("content-length", "x-amz-crc32")] + [
-        ("Content-Length", str(len(body))), ("x-amz-crc32", str(zlib.crc32(body)))]
-    return headers, [body]
-
 
 STATE = VectorState()
 READS = ("SearchVectors", "DescribeTable")  # requests whose body the server parses for this module

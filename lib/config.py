@@ -207,6 +207,12 @@ class Settings:
             if values[name] < 1:
                 raise ConfigError(f"CHAT_{name.upper()} must be at least 1.")
         _check_embedder(values)
+        if values["redis_url"] and not values["redis_url"].startswith(("redis://", "rediss://", "unix://")):
+            raise ConfigError("CHAT_REDIS_URL must be a Redis URL (redis://host:6379/0, rediss://... or unix://...), "
+                              "or unset for no hot tier.")
+        for name in ("max_generations_per_user", "max_generations"):
+            if values[name] < 1:
+                raise ConfigError(f"CHAT_{name.upper()} must be at least 1.")
         if values["ledger_flush_s"] < 30:
             raise ConfigError("CHAT_LEDGER_FLUSH_S must be at least 30 seconds.")
         return cls(**values)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+import pytest
 
 from lib.hot.tier import HotTier
 from lib.storage.records import DONE, FAILED
@@ -136,3 +137,18 @@ class TestCountersAndCachedChats:
         keys = client.keys("chat:test:*")
         assert len(keys) == 3  # the live hash, its text, the chat's counter
         assert all(0 < client.ttl(k) <= 120 for k in keys)
+
+
+class TestSettings:
+    def test_a_malformed_redis_url_or_cap_is_a_clear_configuration_error(self):
+        from lib.config import Settings
+        from lib.errors import ConfigError
+
+        with pytest.raises(ConfigError, match="CHAT_REDIS_URL must be a Redis URL"):
+            Settings.load(env={"CHAT_REDIS_URL": "localhost:6379"}, secrets={}, for_operator=True)
+        with pytest.raises(ConfigError, match="CHAT_MAX_GENERATIONS_PER_USER must be at least 1"):
+            Settings.load(env={"CHAT_MAX_GENERATIONS_PER_USER": "0"}, secrets={}, for_operator=True)
+        assert Settings.load(env={"CHAT_REDIS_URL": "redis://cache:6379/0"}, secrets={},
+                             for_operator=True).redis_url == "redis://cache:6379/0"
+        assert "cache:6379" not in repr(Settings.load(env={"CHAT_REDIS_URL": "redis://:pw@cache:6379/0"}, secrets={},
+                                                      for_operator=True))  # a URL may carry a password

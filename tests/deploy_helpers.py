@@ -21,6 +21,8 @@ NOT_IN_THE_DEPLOYED_APP = {
 NOT_IN_THE_DEPLOYED_APP_FUNCTIONS = {
     ("lib/storage/schema.py", "create_table"):
         "called by open_database only for the local backend; on AWS the stack (or an operator) creates the table",
+    ("lib/storage/schema.py", "add_vector_index"):
+        "called by open_database only for the local backend; on AWS an operator runs `admin add-vector-index`",
 }
 # IAM authorises a transaction by the actions of its items, not by an action of its own.
 TRANSACTION_ITEM_ACTIONS = {"Put": "PutItem", "Update": "UpdateItem", "Delete": "DeleteItem",

@@ -223,7 +223,7 @@ class ChatPage(LiveTurns):
         if m.status == DONE:
             self._answer_footer(m)
             return
-        if m.status == FAILED or m.is_stale(self.settings.pending_timeout_s):
+        if m.status == FAILED or m.is_stale(self.settings.pending_timeout_s) or self.orphaned(m):
             reason = m.error if m.status == FAILED else \
                 "Interrupted: the answer never finished (the app stopped before it could save it)."
             st.warning(reason, icon=":material/error:")

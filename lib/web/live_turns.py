@@ -75,6 +75,13 @@ class LiveTurns:
         live_view.watch_changes(lambda: hot.version(user, open_id), view.version,
                                 lambda: view.navigate(store, open_id, hot))
 
+    def orphaned(self, m) -> bool:
+        """A pending turn no worker is writing, on the local backend without the hot tier: only this process can
+        serve that database, so its worker died with an earlier run of the app. It is interrupted now, not
+        after CHAT_PENDING_TIMEOUT_S (which exists for replicas that cannot see each other's workers)."""
+        return (m.status == PENDING and self.hot is None and self.svc.database.local
+                and self.generations.get(m.message_id) is None)
+
     def writing_here(self) -> bool:
         """True while an answer in the open chat is still coming (here, in another tab, or another process)."""
         for m in self.view.messages:
@@ -85,7 +92,7 @@ class LiveTurns:
                 live = self.hot.live(m.message_id)
             if live is not None and live.saved is None:
                 return True
-            if live is None and not m.is_stale(self.settings.pending_timeout_s):
+            if live is None and not m.is_stale(self.settings.pending_timeout_s) and not self.orphaned(m):
                 return True
         return False
 

@@ -213,3 +213,11 @@ class TestStartUpErrors:
         monkeypatch.setenv("CHAT_BACKEND", "elsewhere")
         at = AppTest.from_file(APP, default_timeout=30).run()
         assert at.error[0].value.startswith("**The app is not configured correctly.** CHAT_BACKEND must be")
+
+
+@pytest.mark.usefixtures("app_env")
+class TestOrphans:
+    def test_a_turn_committed_a_moment_ago_by_another_run_is_not_called_interrupted(self):
+        session, _ = services().store.create_session(DEV, "just sent", system_prompt_id="default-v1")
+        at = new_browser(session=session.session_id)  # its worker may be about to start: within the grace
+        assert not at.warning and "still being written" in at.info[0].value

@@ -94,7 +94,9 @@ class TestProcessDeath:
         session_id = run.stdout.split()[0]
         monkeypatch.setenv("CHAT_DATA_DIR", folder)
         monkeypatch.setenv("CHAT_TABLE", table)
-        at = new_browser(session=session_id)  # the local database has one process: no timeout to wait for
+        # The local database has one process: no pending timeout to wait for, only the start-up grace
+        monkeypatch.setattr("lib.web.live_turns.ORPHAN_GRACE_S", 0.0)
+        at = new_browser(session=session_id)
         assert at.chat_message[0].markdown[0].value == "did my question survive?"
         assert "Interrupted" in at.warning[0].value
         settle(button(at, "Retry").click().run())

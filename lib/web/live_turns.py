@@ -12,6 +12,7 @@ from lib.turn.flow import context_note
 from lib.turn.turns import STOPPED
 from lib.web import live_view
 
+ORPHAN_GRACE_S = 10.0
 AFTER_SAVE = "after_save"  # message id -> session id: turns whose post-save work (a summary) may still land
 
 
@@ -79,8 +80,9 @@ class LiveTurns:
         """A pending turn no worker is writing, on the local backend without the hot tier: only this process can
         serve that database, so its worker died with an earlier run of the app. It is interrupted now, not
         after CHAT_PENDING_TIMEOUT_S (which exists for replicas that cannot see each other's workers)."""
+        # The grace covers the moment between a page's commit and its worker's start (context assembly).
         return (m.status == PENDING and self.hot is None and self.svc.database.local
-                and self.generations.get(m.message_id) is None)
+                and self.generations.get(m.message_id) is None and m.is_stale(ORPHAN_GRACE_S))
 
     def writing_here(self) -> bool:
         """True while an answer in the open chat is still coming (here, in another tab, or another process)."""

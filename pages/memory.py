@@ -57,7 +57,9 @@ with ui.errors_shown():
             with edit_col.popover("Edit", icon=":material/edit:"):
                 new = st.text_area("Memory", value=memory.text, key=f"text-{memory.memory_id}", max_chars=500)
                 if st.button("Save", key=f"save-{memory.memory_id}", type="primary"):
-                    engine.memories.edit(me.user_id, memory, new)
+                    edited = engine.memories.edit(me.user_id, memory, new)
+                    if engine.indexer is not None:  # DynamoDB never re-embeds: the edited text needs its own vector
+                        engine.indexer.index_memory(me.user_id, edited)
                     changed()
                     st.rerun()
             if delete_col.button("Delete", key=f"delete-{memory.memory_id}", icon=":material/delete:"):

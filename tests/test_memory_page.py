@@ -18,6 +18,16 @@ def engine(app_env):
     return ContextEngine.from_services(svc)
 
 
+def svc_item(user, memory):
+    """The memory's item as stored (to see its vector)."""
+    from lib.storage import keys
+    from lib.storage.gateway import from_item, to_item
+
+    svc = ui._services(Settings.load())
+    return from_item(svc.database.client.get_item(TableName=svc.database.table, ConsistentRead=True,
+                                                  Key=to_item(keys.memory_key(user, memory.memory_id)))["Item"])
+
+
 def memory_page() -> AppTest:
     at = AppTest.from_file(APP, default_timeout=60)
     at.run()
@@ -55,6 +65,9 @@ class TestMemoryPage:
         [b for b in at.button if b.key == f"save-{area.key.removeprefix('text-')}"][0].click().run()
         assert not at.exception, at.exception
         assert sorted(m.text for m in engine.memories.load(DEV)[0]) == ["I use neovim.", "My team is Payments."]
+        assert engine.indexer is not None
+        stored = svc_item(DEV, [m for m in engine.memories.load(DEV)[0] if m.text == "I use neovim."][0])
+        assert "embedding" in stored  # the edit removed the old vector; the page embedded the new text
         delete = [b for b in at.button if b.label == "Delete"]
         delete[-1].click().run()  # the oldest, shown last
         assert not at.exception

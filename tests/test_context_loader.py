@@ -81,7 +81,7 @@ class TestBudget:
         context = SessionContextLoader().load(user_id="u", session_id="s", system="sys", question="z" * 10_000,
                                               history=history, budget=100)
         assert context.prompt.messages == [{"role": "user", "content": "z" * 10_000}]
-        assert context.note == "The model saw the newest 0 of 1 earlier turns; 1 earlier turns were left out (token budget)."
+        assert context.note == "The model saw the newest 0 of 1 earlier turn; 1 earlier turn was left out (token budget)."
 
 
 class TestOrderAndSources:

@@ -73,18 +73,6 @@ class TestContextOnThePage:
         assert any("Earlier turns summarised (2 turns" in c.value for c in reopened.caption)
 
 
-class TestNote:
-    def test_the_note_says_1_earlier_turn_in_the_singular(self):
-        from types import SimpleNamespace
-
-        from lib.turn.flow import context_note
-
-        note = "The model saw the newest 0 of 1 earlier turns; 1 earlier turns were left out (token budget)."
-        assert context_note(SimpleNamespace(note=note)) == \
-            "The model saw the newest 0 of 1 earlier turn; 1 earlier turn was left out (token budget)."
-        assert context_note(SimpleNamespace(note=None)) is None
-
-
 class TestSearchIndex:
     def test_the_worker_indexes_the_saved_turn_for_search_after_the_save(self):
         from lib.search.indexer import make_indexer

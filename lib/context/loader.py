@@ -216,7 +216,8 @@ def _note(earlier: int, verbatim: int, recalled: int, summary_part, memories: in
     sent = verbatim + recalled
     if sent >= earlier:
         return None
-    parts = [f"the newest {verbatim}" + (f" and {recalled} recalled" if recalled else "") + f" of {earlier} earlier turns"]
+    parts = [f"the newest {verbatim}" + (f" and {recalled} recalled" if recalled else "")
+             + f" of {earlier} earlier turn{'' if earlier == 1 else 's'}"]
     covered = 0
     if summary_part:
         summary, _, cut = summary_part
@@ -226,4 +227,7 @@ def _note(earlier: int, verbatim: int, recalled: int, summary_part, memories: in
         parts.append(f"{memories} memor{'y' if memories == 1 else 'ies'}")
     left_out = max(0, earlier - sent - covered)
     text = "The model saw " + ", ".join(parts)
-    return text + (f"; {left_out} earlier turns were left out (token budget)." if left_out else ".")
+    if not left_out:
+        return text + "."
+    return text + ("; 1 earlier turn was left out (token budget)." if left_out == 1
+                   else f"; {left_out} earlier turns were left out (token budget).")

@@ -5,7 +5,6 @@ No Streamlit here: the page passes its state in and renders what comes back.
 """
 from __future__ import annotations
 
-import re
 from collections import OrderedDict
 
 from lib import logs
@@ -37,12 +36,8 @@ def title_first_turn(store: ChatStore, model: ChatModel, ledger: Ledger | None, 
 
 def context_note(context) -> str | None:
     """The loader's sentence under the answer (what was summarised or left out), or None when the model saw
-    every earlier turn. Singulars are fixed here: the loader says '1 earlier turns'."""
-    note = getattr(context, "note", None)
-    if not note:
-        return None
-    note = re.sub(r"\bof 1 earlier turns\b", "of 1 earlier turn", note)
-    return re.sub(r"\b1 earlier turns were\b", "1 earlier turn was", note)
+    every earlier turn."""
+    return getattr(context, "note", None) or None
 
 
 class ContextNotes:

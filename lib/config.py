@@ -45,6 +45,11 @@ SETTINGS: dict[str, tuple[str, str]] = {
     "CHAT_BEDROCK_BASE_URL": ("", "Bedrock endpoint override (a VPC endpoint)."),
     "CHAT_MAX_TOKENS": ("4096", "Most tokens one answer may have."),
     "CHAT_MODEL_MAX_RETRIES": ("2", "Retries of a model call that failed before its first token (429, 529, network)."),
+    "CHAT_MODEL_CONNECT_TIMEOUT_S": ("10", "Deadline to connect to the model's endpoint, in seconds."),
+    "CHAT_MODEL_STALL_S": ("60", "An answer that receives nothing for this many seconds fails (what arrived is kept, "
+                                 "with Retry); Claude sends keep-alive pings well within it."),
+    "CHAT_MODEL_RETRY_AFTER_MAX_S": ("20", "Longest wait honoured from a `retry-after` header before a retry "
+                                           "(a 429 asking for an hour fails the turn instead of hanging it)."),
     "CHAT_CONTEXT_TOKENS": ("24000", "Token budget of everything sent with a question: system prompt, memories, "
                                        "summary, recalled and newest turns, the question."),
     "CHAT_SYSTEM_PROMPT_ID": ("default-v1", "System prompt of new turns (see `lib/turn/prompts.py`)."),
@@ -156,6 +161,9 @@ class Settings:
     embed_region: str = ""
     embed_base_url: str = ""
     embed_timeout_s: float = 10.0
+    model_connect_timeout_s: float = 10.0
+    model_stall_s: float = 60.0
+    model_retry_after_max_s: float = 20.0
     price_embed_per_m: str = ""
     price_vector_write_per_gb: str = ""
     price_vector_search_per_gb: str = ""
@@ -242,6 +250,11 @@ def _check_embedder(values: dict[str, Any]) -> None:
         if dims not in allowed:
             raise ConfigError(f"CHAT_EMBED_DIMENSIONS must be one of {', '.join(map(str, allowed))} for "
                               f"{values['embed_model']}.")
+    for name in ("model_connect_timeout_s", "model_stall_s"):
+        if values[name] <= 0:
+            raise ConfigError(f"CHAT_{name.upper()} must be more than 0.")
+    if values["model_retry_after_max_s"] < 0:
+        raise ConfigError("CHAT_MODEL_RETRY_AFTER_MAX_S must be 0 or more.")
     if values["embed_timeout_s"] <= 0:
         raise ConfigError("CHAT_EMBED_TIMEOUT_S must be more than 0.")
     for name in ("price_embed_per_m", "price_vector_write_per_gb", "price_vector_search_per_gb"):

@@ -23,15 +23,17 @@ class Services:
 def make_model(settings: Settings) -> ChatModel:
     if settings.model_provider == "demo":
         return DemoModel(delay_s=settings.demo_delay)
+    from lib.turn.deadlines import client_options, with_capped_retry_after
+
     import anthropic
 
+    options = client_options(settings)
     if settings.model_provider == "bedrock":
-        client = anthropic.AnthropicBedrock(aws_region=settings.bedrock_region,
-                                            base_url=settings.bedrock_base_url or None,
-                                            max_retries=settings.model_max_retries)
+        client = with_capped_retry_after(anthropic.AnthropicBedrock, settings.model_retry_after_max_s)(
+            aws_region=settings.bedrock_region, base_url=settings.bedrock_base_url or None, **options)
         return AnthropicModel(client, settings.bedrock_model, settings.max_tokens, provider="bedrock")
-    client = anthropic.Anthropic(api_key=settings.anthropic_api_key, base_url=settings.anthropic_base_url or None,
-                                 max_retries=settings.model_max_retries)
+    client = with_capped_retry_after(anthropic.Anthropic, settings.model_retry_after_max_s)(
+        api_key=settings.anthropic_api_key, base_url=settings.anthropic_base_url or None, **options)
     return AnthropicModel(client, settings.model, settings.max_tokens)
 
 

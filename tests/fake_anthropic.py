@@ -21,6 +21,7 @@ class Behaviour:
     input_tokens: int = 25
     output_tokens: int = 7
     chunk_delay_s: float = 0.0  # a pause before each text chunk (a model at a realistic pace)
+    retry_after: str | None = None  # a "status" answer's retry-after header (seconds), as a 429 may carry
 
 
 class FakeAnthropic:
@@ -45,7 +46,8 @@ class FakeAnthropic:
                 if behaviour.kind == "status":
                     fake._json(self, behaviour.status, {"type": "error", "error": {
                         "type": behaviour.error_type, "message": behaviour.error_type.replace("_", " ")}},
-                        extra={"retry-after-ms": "1"})
+                        extra={"retry-after": behaviour.retry_after} if behaviour.retry_after else
+                        {"retry-after-ms": "1"})
                 elif body.get("stream"):
                     fake._stream(self, behaviour, body)
                 else:

@@ -17,10 +17,51 @@ def fake():
     server.close()
 
 
-def anthropic_model(fake, retries=2):
+def anthropic_model(fake, retries=2, **settings):
     return make_model(Settings.load(env={"ANTHROPIC_API_KEY": "sk-test", "CHAT_ANTHROPIC_BASE_URL": fake.url,
-                                         "CHAT_MODEL_MAX_RETRIES": str(retries), "CHAT_MODEL": "claude-test"},
-                                    secrets={}))
+                                         "CHAT_MODEL_MAX_RETRIES": str(retries), "CHAT_MODEL": "claude-test",
+                                         **settings}, secrets={}))
+
+
+def finished_within(seconds, call):
+    """Run `call` in a thread; the error it raised (or None), and whether it ended within `seconds` (a bound on
+    a hang, not a timing assertion: a turn stuck for an hour fails the test instead of hanging the suite)."""
+    import threading
+
+    outcome = {}
+
+    def run():
+        try:
+            call()
+        except Exception as exc:  # noqa: BLE001 - handed to the test
+            outcome["error"] = exc
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(seconds)
+    return outcome.get("error"), not worker.is_alive()
+
+
+class TestDeadlines:
+    def test_a_stream_that_stalls_fails_with_the_partial_answer_kept(self, fake):
+        fake.enqueue(Behaviour("text", chunks=["Partial ", "answer", " that never ends"], chunk_delay_s=5))
+        reply = anthropic_model(fake, retries=0, CHAT_MODEL_STALL_S="0.5").stream(PROMPT)
+        got = []
+        error, ended = finished_within(60, lambda: got.extend(reply))
+        assert ended and isinstance(error, ModelError)
+        assert not reply.complete and reply.text == "".join(got)
+
+    def test_a_429_asking_for_an_hour_is_waited_only_up_to_the_cap(self, fake):
+        fake.enqueue(*[Behaviour("status", status=429, error_type="rate_limit_error", retry_after="3600")] * 2)
+        model = anthropic_model(fake, retries=1, CHAT_MODEL_RETRY_AFTER_MAX_S="0.1")
+        error, ended = finished_within(60, lambda: list(model.stream(PROMPT)))
+        assert ended and isinstance(error, ModelError)
+        assert len(fake.requests) == 2  # the retry happened, after the capped wait
+
+    def test_the_clients_timeouts_come_from_the_settings(self, fake):
+        model = anthropic_model(fake, CHAT_MODEL_STALL_S="42", CHAT_MODEL_CONNECT_TIMEOUT_S="3")
+        timeout = model._client.timeout
+        assert (timeout.read, timeout.connect) == (42.0, 3.0)
 
 
 class TestAnthropicProvider:

@@ -16,8 +16,13 @@ from lib.embedded.server import LocalDynamo
 from lib.storage.schema import add_vector_index, create_table, table_exists, vector_index_description
 from lib.storage.store import ChatStore
 
-# Throttles and transient errors are retried by botocore before the store sees them.
-RETRIES = Config(retries={"mode": "adaptive", "total_max_attempts": 5}, connect_timeout=5, read_timeout=30)
+# Throttles and transient errors are retried by botocore before the store sees them. Every request has a
+# deadline: DynamoDB answers in milliseconds (a 1 MB Query page well under a second), so a response that
+# takes 10 s is a hung endpoint; with 5 attempts one is reported after about 50 s, not 150 s.
+RETRIES = Config(retries={"mode": "adaptive", "total_max_attempts": 5}, connect_timeout=3, read_timeout=10)
+# The embedded server runs in this process: it cannot hang on a network, but some of its answers are
+# legitimately slow on a big local table (adding the vector index backfills it before answering).
+LOCAL_RETRIES = Config(retries={"mode": "adaptive", "total_max_attempts": 5}, connect_timeout=5, read_timeout=30)
 
 MEMORY = ":memory:"  # CHAT_DATA_DIR value for a local database that is not saved
 
@@ -62,7 +67,7 @@ def stop_local_server(data_dir: str | None) -> None:
 
 def local_client(server: LocalDynamo) -> Any:
     return boto3.session.Session().client("dynamodb", region_name=server.region, endpoint_url=server.endpoint_url,
-                        aws_access_key_id="local", aws_secret_access_key="local", config=RETRIES)
+                        aws_access_key_id="local", aws_secret_access_key="local", config=LOCAL_RETRIES)
 
 
 def open_database(settings: Settings) -> Database:

@@ -34,3 +34,28 @@ class TestEvents:
         with caplog.at_level(logging.INFO):
             logs.warning("redis.down", attempt=2)
         assert caplog.records == []
+
+
+class TestWhatIsLogged:
+    def test_a_saved_turn_is_one_event_with_ids_tokens_and_outcome_and_no_text(self, store, capsys):
+        from lib.turn.models import DemoModel
+        from lib.turn.turns import begin_turn
+
+        turn = begin_turn(store, DemoModel(delay_s=0), "ann@example.com", None, "my secret plan", [],
+                          system_prompt_id="default-v1", budget_tokens=4000)
+        list(turn)
+        turn.close()
+        err = capsys.readouterr().err
+        (line,) = [json.loads(x) for x in err.splitlines() if '"turn.saved"' in x]
+        assert (line["session_id"], line["message_id"], line["outcome"]) == \
+            (turn.session.session_id, turn.message.message_id, "done")
+        assert line["output_tokens"] > 0 and "secret plan" not in err
+
+    def test_an_admin_command_logs_its_start_and_end(self, table, monkeypatch, capsys):
+        from lib import admin
+
+        monkeypatch.setenv("CHAT_TABLE", table)
+        monkeypatch.setenv("CHAT_DATA_DIR", ":memory:")
+        assert admin.main(["check", "--user", "nobody@example.com"]) == 0
+        events = [json.loads(x)["event"] for x in capsys.readouterr().err.splitlines() if x.startswith("{")]
+        assert events[:1] == ["admin.started"] and events[-1] == "admin.finished"

@@ -54,14 +54,21 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     from lib.storage.database import open_database
     from lib.storage.gateway import Gateway
 
+    from lib import logs
+
+    dry_run = bool(getattr(args, "dry_run", False))
+    logs.event("admin.started", command=args.command, user_id=getattr(args, "user", None), dry_run=dry_run)
     try:
         database = open_database(settings)
         db = Gateway(database.client, database.table, database.meter)
         with db.action("admin", None):
-            return _COMMANDS[args.command](args, settings, database, db)
+            code = _COMMANDS[args.command](args, settings, database, db)
     except (ChatError, ValueError) as exc:
+        logs.warning("admin.refused", command=args.command, error_class=type(exc).__name__)
         print(f"{args.command}: {exc}", file=sys.stderr)
         return 2
+    logs.event("admin.finished", command=args.command, exit_code=code, dry_run=dry_run)
+    return code
 
 
 def _print_report(report: Any) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterator
 
+from lib import logs
 from lib.storage import keys
 from lib.turn.context import Context, loaded_only
 from lib.errors import ChatError, MessageNotPending
@@ -82,10 +83,16 @@ class Turn:
             self.save_error = None
             if self.ledger is not None:
                 self.ledger.record_turn(self.user_id, self.saved, usage, self.model.name)
+            logs.event("turn.saved", session_id=self.session.session_id, message_id=self.message.message_id,
+                       outcome=self.saved.status, model=self.model.name, latency_s=self.saved.latency_s(),
+                       input_tokens=usage.input_tokens, output_tokens=usage.output_tokens,
+                       stopped=self.saved.status != "done" and self.error is None)
         except MessageNotPending:
             self.saved = self.message  # the other tab's save stands
         except ChatError as exc:
             self.save_error = exc
+            logs.warning("turn.save_failed", session_id=self.session.session_id, message_id=self.message.message_id,
+                         error_class=type(exc).__name__)
         return self.saved
 
 

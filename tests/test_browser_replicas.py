@@ -7,7 +7,8 @@ import sys
 import pytest
 
 from tests.redis_server import REDIS_SERVER, redis_server  # noqa: F401 (the fixture)
-from tests.test_browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, ROOT, serve_app
+from tests.test_browser import ARTIFACTS, CHROMIUM, ROOT, serve_app
+from tests.test_browser_chat import browser  # noqa: F401 (the fixture: one Chromium per test)
 
 pytestmark = [pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (.ci/run installs it)"),
               pytest.mark.skipif(REDIS_SERVER is None, reason="Debian's redis-server is not installed")]
@@ -41,17 +42,6 @@ def replicas(tmp_path, dynamo, redis_server):
     (tmp_path / "b").mkdir()
     with serve_app(tmp_path / "a", **settings) as first, serve_app(tmp_path / "b", **settings) as second:
         yield first, second
-
-
-@pytest.fixture
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        ARTIFACTS.mkdir(exist_ok=True)
-        yield browser
-        browser.close()
 
 
 def signed_in(browser, **viewport):

@@ -15,18 +15,13 @@ from lib.turn.worker import CRASHED, GenerationLimit, Generations
 from lib.web.chat_view import ChatView
 from tests.fake_anthropic import Behaviour
 
+from tests.turn_helpers import turn_for as _turn_for, wait_for  # noqa: E402
+
 USER = "u-worker"
 
 
 def turn_for(store, model, question="tell me something", session=None):
-    return begin_turn(store, model, USER, session, question, [], system_prompt_id="default-v1", budget_tokens=4000)
-
-
-def wait_for(predicate, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.01)
+    return _turn_for(store, model, USER, question, session)
 
 
 def claude(fake):

@@ -154,17 +154,15 @@ class Gateway:
 
     def query_pages(self, **params: Any) -> Iterator[list[dict]]:
         """The pages of a Query (one request per 1 MB page, following LastEvaluatedKey), in wire format."""
-        while True:
-            response = self.call("query", **params)
-            yield response.get("Items", [])
-            if "LastEvaluatedKey" not in response:
-                return
-            params["ExclusiveStartKey"] = response["LastEvaluatedKey"]
+        return self._pages("query", params)
 
     def scan_pages(self, **params: Any) -> Iterator[list[dict]]:
         """The pages of a Scan of the whole table (operator commands only: billed on every item), wire format."""
+        return self._pages("scan", params)
+
+    def _pages(self, operation: str, params: dict) -> Iterator[list[dict]]:
         while True:
-            response = self.call("scan", **params)
+            response = self.call(operation, **params)
             yield response.get("Items", [])
             if "LastEvaluatedKey" not in response:
                 return

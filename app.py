@@ -21,3 +21,4 @@ else:
     page.welcome_screen()
 page.composer()
 page.watch_changes()
+page.follow_live()  # last: it runs until the answers being written are saved

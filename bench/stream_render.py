@@ -1,14 +1,20 @@
-"""Streaming a long answer into Chromium: today's renderer (st.write_stream) against the block renderer.
+"""A long answer followed live in Chromium: the fragment that redrew the answer each poll against the block renderer.
 
-    python bench/stream_render.py            # 2, 20, 100, 300 KB answers, both renderers, about 5 minutes
+    python bench/stream_render.py            # 2, 20, 100, 300 KB answers, both followers, about 8 minutes
 
-For each answer size and renderer, the real app runs under `streamlit run` with the demo model (no delay)
-answering with a long Markdown answer (tests/long_answers.py: headings, code fences, tables, lists), and a
-headless Chromium asks a short first question, then the long one as a follow-up. Measured:
+For each answer size and follower, the real app runs under `streamlit run` with the demo model answering a
+long Markdown answer (tests/long_answers.py: headings, code fences, tables, lists) at 1 ms per word, about
+6 KB a second (the worker writes the live buffer; a page reads it, so an instant answer would be read once
+and measure nothing), and a headless Chromium asks a short first question, then the long one as a follow-up.
+The followers:
+- "poll fragment (before)": what the page did before this change, an st.fragment(run_every=0.3 s) drawing
+  the whole answer so far on every poll (kept here, patched in, as the baseline);
+- "blocks": lib.web.live_view.follow, the page's own run feeding a PacedRenderer.
+Measured:
 - WebSocket bytes the browser received from the send to the final render (CDP Network.webSocketFrameReceived),
-  and, for comparison, what one full rerun of the same page costs afterwards (any click costs that);
-- server time per chunk by tenth of the answer: the gap between two chunks as the page pulls them, and the
-  part of it spent in the renderer (the rest is upstream: the model's Reply and the turn);
+  and what one full rerun of the same page costs afterwards (any click costs that);
+- server time per chunk by tenth of the answer: the worker's append plus the page's rendering work spread
+  over the chunks of that tenth (mean of the first and of the last tenth);
 - time from the last chunk to the final render (the caption under the saved answer), and the browser's
   main-thread busy time over the run (CDP Performance.getMetrics TaskDuration).
 A run that has not rendered its answer after RUN_LIMIT_S is reported as not finished.
@@ -19,10 +25,10 @@ import base64
 import json
 import os
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -32,47 +38,86 @@ sys.path.insert(0, str(ROOT))
 from bench.common import print_table  # noqa: E402
 
 SIZES = [2_000, 20_000, 100_000, 300_000]
-RUN_LIMIT_S = 60
+FOLLOWERS = {"poll": "poll fragment (before)", "blocks": "blocks"}
+RUN_LIMIT_S = 150
+WORD_DELAY_S = "0.001"
 CHROMIUM = "/usr/bin/chromium"
 
 
 # --- inside the app's process ---------------------------------------------------------------------
 def patch_app() -> None:
-    """Run before `streamlit run app.py` in the same process: a sized demo answer, timed chunks, a renderer."""
+    """Run before `streamlit run app.py` in the same process: a sized demo answer, timings, the follower."""
+    import lib.turn.live as live_module
     import lib.turn.models as models
-    import lib.web.chat_page as chat_page
+    import lib.web.stream_render as stream_render
+    from lib.web.chat_page import ChatPage
     from tests.long_answers import long_answer
 
+    log = {"appends": [], "renders": [], "last_chunk_at": None}
     original = models.demo_answer
 
     def sized_answer(question: str, turns: int = 1) -> str:
         if question.startswith("bench "):
+            log.update(appends=[], renders=[], last_chunk_at=None, size=len(long_answer(int(question.split()[1]))))
             return long_answer(int(question.split()[1]))
         return original(question, turns)
 
     models.demo_answer = sized_answer
+
+    append = live_module.LiveAnswer.append
+
+    def timed_append(self, chunk):
+        started = time.perf_counter()
+        append(self, chunk)
+        log["appends"].append((len(self._parts), time.perf_counter() - started))
+        log["last_chunk_at"] = time.time()
+
+    live_module.LiveAnswer.append = timed_append
+
+    update = stream_render.BlockRenderer.update
+
+    def timed_update(self, text, done=False):
+        started = time.perf_counter()
+        update(self, text, done)
+        log["renders"].append((len(text), time.perf_counter() - started))
+
+    stream_render.BlockRenderer.update = timed_update
+
+    if os.environ["BENCH_FOLLOWER"] == "poll":
+        _patch_poll_fragment(ChatPage)
+
     out = Path(os.environ["BENCH_OUT"])
-    renderer = chat_page.stream_markdown if os.environ["BENCH_RENDERER"] == "blocks" else \
-        (lambda container, chunks: container.write_stream(chunks))  # today's: the whole text per chunk
 
-    def timed(chunks):
-        upstream, consumer = [], []
-        source = iter(chunks)
-        try:
-            while True:
-                asked = time.perf_counter()
-                try:
-                    chunk = next(source)
-                except StopIteration:
-                    break
-                got = time.perf_counter()
-                yield chunk
-                upstream.append(got - asked)
-                consumer.append(time.perf_counter() - got)
-        finally:
-            out.write_text(json.dumps({"upstream": upstream, "consumer": consumer, "last_chunk_at": time.time()}))
+    def dump() -> None:
+        while True:
+            time.sleep(0.5)
+            if "size" in log:
+                out.write_text(json.dumps(log))
 
-    chat_page.stream_markdown = lambda container, chunks, **kw: renderer(container, timed(chunks))
+    threading.Thread(target=dump, daemon=True).start()
+
+
+def _patch_poll_fragment(chat_page_class) -> None:
+    """The page before this change: each tab ran an st.fragment that drew the answer so far on every poll."""
+    import streamlit as st
+
+    import lib.web.live_view as live_view
+    from lib.web.stream_render import BlockRenderer
+
+    def place(m, source, live, stop):
+        @st.fragment(run_every=0.3)
+        def _follow() -> None:
+            now = source()
+            if now is None or now.saved is not None:
+                st.rerun(scope="app")
+            now.watched()
+            BlockRenderer(st.container()).update(now.text)
+            st.button("Stop", key=f"stop-{m.message_id}", on_click=stop, args=(m.message_id,))
+
+        _follow()
+
+    live_view.place = place
+    chat_page_class.follow_live = lambda self: None
 
 
 # --- the driver -----------------------------------------------------------------------------------
@@ -82,10 +127,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_app(folder: Path, renderer: str) -> tuple[subprocess.Popen, str, Path]:
+def start_app(folder: Path, follower: str) -> tuple[subprocess.Popen, str, Path]:
     port, out = free_port(), folder / "chunks.json"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CHAT_", "ANTHROPIC_"))}
-    env.update(CHAT_DATA_DIR=":memory:", CHAT_DEMO_DELAY="0", BENCH_OUT=str(out), BENCH_RENDERER=renderer,
+    env.update(CHAT_DATA_DIR=":memory:", CHAT_DEMO_DELAY=WORD_DELAY_S, BENCH_OUT=str(out), BENCH_FOLLOWER=follower,
                PYTHONPATH=str(ROOT))
     code = ("import sys; from bench.stream_render import patch_app; patch_app(); "
             "from streamlit.web.cli import main; sys.argv = ['streamlit', 'run', 'app.py', '--server.port', "
@@ -103,15 +148,25 @@ def start_app(folder: Path, renderer: str) -> tuple[subprocess.Popen, str, Path]
     raise RuntimeError((folder / "streamlit.log").read_text()[-2000:])
 
 
-def by_tenth(values: list[float]) -> tuple[float, float]:
-    """Mean of the first and of the last tenth, in microseconds."""
-    tenth = max(1, len(values) // 10)
-    return statistics.fmean(values[:tenth]) * 1e6, statistics.fmean(values[-tenth:]) * 1e6
+def per_chunk_by_tenth(log: dict) -> dict:
+    """Server µs per chunk in the first and the last tenth of the answer: the worker's append, and the
+    page's rendering (every BlockRenderer.update drawing that tenth) divided by the chunks of that tenth."""
+    appends, size = log["appends"], log["size"]
+    count, worker, page = [0] * 10, [0.0] * 10, [0.0] * 10
+    for index, (_, seconds) in enumerate(appends):
+        tenth = min(9, 10 * index // len(appends))
+        count[tenth] += 1
+        worker[tenth] += seconds
+    for length, seconds in log["renders"]:
+        page[min(9, 10 * length // size)] += seconds
+    per = [(worker[t] + page[t]) / max(count[t], 1) * 1e6 for t in range(10)]
+    return {"chunks": len(appends), "total": (per[0], per[9]),
+            "page": (page[0] / max(count[0], 1) * 1e6, page[9] / max(count[9], 1) * 1e6)}
 
 
-def run(browser, size: int, renderer: str) -> dict:
+def run(browser, size: int, follower: str) -> dict:
     with tempfile.TemporaryDirectory() as folder:
-        process, url, out = start_app(Path(folder), renderer)
+        process, url, out = start_app(Path(folder), follower)
         try:
             page = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
             cdp = page.context.new_cdp_session(page)
@@ -130,7 +185,7 @@ def run(browser, size: int, renderer: str) -> dict:
             box = page.locator("[data-testid='stChatInput'] textarea")
             box.wait_for(timeout=60_000)
             box.fill("hello")  # a first short turn: the long answer is a follow-up (the first turn's rerun
-            box.press("Enter")  # for its title is the same for every renderer)
+            box.press("Enter")  # for its title is the same for every follower)
             page.get_by_text("out tokens").first.wait_for(timeout=60_000)
             page.wait_for_timeout(1000)
             busy_before = _task_seconds(cdp)
@@ -158,14 +213,12 @@ def run(browser, size: int, renderer: str) -> dict:
         finally:
             process.terminate()
             process.wait(timeout=30)
-        result = {"size": size, "renderer": renderer, "finished": finished, "ws_bytes": received["bytes"],
+        result = {"size": size, "follower": follower, "finished": finished, "ws_bytes": received["bytes"],
                   "busy_s": busy, "rerun_bytes": rerun}
         if out.exists():
-            timings = json.loads(out.read_text())
-            gaps = [u + c for u, c in zip(timings["upstream"], timings["consumer"])]
-            result.update(chunks=len(gaps), gap=by_tenth(gaps), render=by_tenth(timings["consumer"]),
-                          upstream=by_tenth(timings["upstream"]),
-                          last_to_render=(rendered_at - timings["last_chunk_at"]) if finished else None)
+            log = json.loads(out.read_text())
+            result.update(per_chunk_by_tenth(log))
+            result["last_to_render"] = (rendered_at - log["last_chunk_at"]) if finished else None
         return result
 
 
@@ -195,26 +248,25 @@ def main() -> None:
             "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking"])
         for size in SIZES:
             answer = len(long_answer(size).encode())
-            for renderer in ("write_stream", "blocks"):
-                r = run(browser, size, renderer)
-                gap, render = r.get("gap", (0, 0)), r.get("render", (0, 0))
+            for follower in FOLLOWERS:
+                r = run(browser, size, follower)
+                total, page = r.get("total", (0, 0)), r.get("page", (0, 0))
                 rerun = r["rerun_bytes"]
                 rows.append([
-                    f"{answer / 1000:,.0f} KB", "st.write_stream (today)" if renderer == "write_stream" else "blocks",
+                    f"{answer / 1000:,.0f} KB", FOLLOWERS[follower],
                     f"{r['ws_bytes'] / 1e6:,.2f} MB" + ("" if r["finished"] else f" (not finished in {RUN_LIMIT_S} s)"),
                     f"{r['ws_bytes'] / answer:,.1f}x" if r["finished"] else f">{r['ws_bytes'] / answer:,.0f}x",
                     f"{rerun / 1e3:,.0f} KB" if rerun is not None else "-",
-                    f"{gap[0]:,.0f} / {gap[1]:,.0f}", f"{gap[1] / gap[0]:,.2f}" if gap[0] else "-",
-                    f"{render[0]:,.1f} / {render[1]:,.1f}",
+                    f"{total[0]:,.1f} / {total[1]:,.1f}", f"{total[1] / total[0]:,.2f}" if total[0] else "-",
+                    f"{page[0]:,.1f} / {page[1]:,.1f}",
                     f"{r['last_to_render']:,.2f}" if r.get("last_to_render") is not None else "-",
                     f"{r['busy_s']:,.1f}"])
                 print(rows[-1], flush=True)
         browser.close()
     print()
-    print_table(["answer", "renderer", "WebSocket bytes, send to final render", "bytes / answer",
-                 "a full rerun afterwards",
-                 "µs per chunk, first / last tenth", "last / first", "of which renderer µs, first / last",
-                 "last chunk -> final render s", "browser main thread s"], rows)
+    print_table(["answer", "follower", "WebSocket bytes, send to final render", "bytes / answer",
+                 "a full rerun afterwards", "server µs per chunk, first / last tenth", "last / first",
+                 "of which the page µs, first / last", "last chunk -> final render s", "browser main thread s"], rows)
 
 
 if __name__ == "__main__":

@@ -3,11 +3,14 @@ answer, a tab learns of a turn sent elsewhere, a cached chat opens without the Q
 from __future__ import annotations
 
 import contextlib
+import threading
 
 import pytest
 
-from tests.pages import DEV, new_browser, requests_made, send, services, settle, shown_text
+from lib.turn.turns import STOPPED
+from tests.pages import DEV, generations, new_browser, requests_made, send, services, shown_text
 from tests.redis_server import redis_server  # noqa: F401 (the fixture)
+from tests.turn_helpers import turn_for, wait_for
 
 pytestmark = pytest.mark.usefixtures("app_env")
 
@@ -35,29 +38,45 @@ def open_id(at):
     return value[0] if isinstance(value, list) else value
 
 
-def test_a_second_replica_shows_the_live_answer_from_redis_without_dynamodb_requests(hot_env, monkeypatch):
-    first = send(new_browser(), "a long answer please", wait=False)
+def start_answer(question):
+    """An answer this replica's worker is writing (its live copy in Redis), as a send on this replica leaves
+    it: AppTest's own send would follow it to the end before returning."""
+    gens = generations()
+    gens.admit(DEV)
+    return gens.start(turn_for(services().store, services().model, DEV, question))
+
+
+def test_a_second_replica_follows_the_live_answer_from_redis_without_dynamodb_requests(hot_env, monkeypatch):
+    live = start_answer("a long answer please")
+    assert not live.wait(0)
     with replica_b(monkeypatch):
-        other = new_browser(session=open_id(first))
-        assert [b.label for b in other.button if b.label == "Stop"] == ["Stop"]
-        assert requests_made(lambda: [other.run() for _ in range(3)]) == []
-    settle(first)
-    with replica_b(monkeypatch):
-        other.run()  # the fragment sees the saved turn in Redis; the page reruns with it
-        other.run()
+        pages = []
+        records = requests_made(lambda: pages.append(new_browser(session=live.session_id)))
+        other = pages[0]
+        assert live.saved is not None  # the page followed the answer from Redis until it was saved
+        assert [(r.operation, r.action) for r in records if r.action != "finish"] == [("Query", "sidebar"),
+                                                                                      ("Query", "open")]
         assert not other.exception
-        assert "out tokens" in other.chat_message[1].caption[0].value
-        assert shown_text(other.chat_message[1]) == shown_text(first.chat_message[1])
+        assert "out tokens" in other.chat_message[1].caption[0].value  # finished in place
+        assert shown_text(other.chat_message[1]).strip() == live.saved.output_body.strip()
 
 
-def test_stop_on_the_second_replica_stops_the_answer(hot_env, monkeypatch):
-    first = send(new_browser(), "stop me from elsewhere", wait=False)
+def test_stop_on_the_second_replica_stops_the_answer_its_page_follows(hot_env, monkeypatch):
+    live = start_answer("stop me from elsewhere")
     with replica_b(monkeypatch):
-        other = new_browser(session=open_id(first))
-        [b for b in other.button if b.label == "Stop"][0].click().run()
-    settle(first)
-    (message,) = services().store.open_session(DEV, open_id(first)).messages
-    assert message.status == "failed" and message.error == "Stopped before the answer was complete."
+        gens_b = generations()
+
+        def stop_clicked_on_b():  # what the Stop button's callback does on the replica without the worker
+            wait_for(lambda: len(live.text) > 40)
+            assert not gens_b.stop(live.message_id)
+            gens_b.hot.request_stop(live.message_id, STOPPED)
+
+        threading.Thread(target=stop_clicked_on_b, daemon=True).start()
+        other = new_browser(session=live.session_id)  # follows from Redis until the stopped turn is saved
+        assert STOPPED in other.warning[0].value and [b for b in other.button if b.label == "Retry"]
+    (message,) = services().store.open_session(DEV, live.session_id).messages
+    assert message.status == "failed" and message.error == STOPPED
+    assert message.output_body.strip() == shown_text(other.chat_message[1]).strip()
 
 
 def test_a_tab_learns_of_a_turn_sent_elsewhere_and_a_cached_chat_opens_without_the_query(hot_env):

@@ -6,7 +6,7 @@ import pytest
 from lib.turn.models import demo_answer
 from lib.web.markdown_blocks import CODE, MARKDOWN, PLAIN, Block, split
 from lib.web.render import WORD_JOINER, plain_label, safe_markdown
-from lib.web.stream_render import BlockRenderer, render_markdown, stream_markdown
+from lib.web.stream_render import BlockRenderer, PacedRenderer, render_markdown, stream_markdown
 
 
 class Recorder:
@@ -113,20 +113,6 @@ class TestSplit:
         assert len(whole.shown()) == len(split(text))
 
 
-    def test_a_polling_view_drawing_the_text_so_far_each_run_shows_the_same_blocks(self):
-        from lib.web.stream_render import render
-
-        text = LONG_ANSWER
-        for cut in (40, 200, len(text)):
-            polled, streamed = Recorder(), Recorder()
-            render(polled, text[:cut], done=cut == len(text))
-            renderer = BlockRenderer(streamed)
-            for step in range(1, cut + 1, 7):
-                renderer.update(text[:step])
-            renderer.update(text[:cut], done=cut == len(text))
-            assert polled.shown() == streamed.shown()
-
-
 class TestBoundedMarkdown:
     def test_deep_nesting_is_shown_as_plain_text_and_says_so(self):
         (block,) = split(">" * 5000 + " deep")
@@ -188,6 +174,43 @@ class TestStreamingWork:
         stream_markdown(shown, list(text), clock=lambda: next(ticks) * 0.01)  # 50 s of chunks
         assert shown.log["draws"] < 100
         assert shown.log["draws"] + shown.log["yields"] >= 50 / 0.1 - 1
+
+
+    def test_a_tab_joining_mid_answer_is_sent_what_it_missed_once_then_only_what_arrives(self):
+        text = "\n\n".join(f"Paragraph {i} " + "word " * 60 for i in range(400))  # about 130 KB
+        half = len(text) // 2
+        ticks = iter(range(10 ** 9))
+        shown = Recorder()
+        paced = PacedRenderer(shown, clock=lambda: next(ticks) * 0.25)  # a read every POLL_S
+        paced.add(text[:half])  # what the worker had when this tab opened the chat
+        assert 0.95 * half <= shown.log["sent"] <= half  # the missed text once (less the blank lines between blocks)
+        for start in range(half, len(text), 80):  # 80 characters per read: 320 a second
+            paced.add(text[start:start + 80])
+        paced.finish()
+        assert shown.log["sent"] <= half + 3 * (len(text) - half)
+        whole = Recorder()
+        render_markdown(whole, text)
+        assert shown.shown() == whole.shown()
+
+    def test_a_read_with_nothing_new_sends_nothing(self):
+        ticks = iter(range(10 ** 6))
+        shown = Recorder()
+        paced = PacedRenderer(shown, clock=lambda: next(ticks) * 10.0)  # every read is past its redraw time
+        assert paced.add("one\n\ntwo\n\nthree is still open")
+        sent = shown.log["sent"]
+        assert not paced.add("") and shown.log["sent"] == sent
+        assert paced.add(" and grows")
+        open_block = shown.shown()[-1][1]
+        assert open_block.endswith("three is still open and grows") and shown.log["sent"] == sent + len(open_block)
+
+    def test_finish_with_the_saved_text_draws_the_rest_as_finished_blocks(self):
+        shown = Recorder()
+        paced = PacedRenderer(shown, clock=lambda: 0.0)
+        paced.add("# Title\n\n```python\nx = 1\n")  # stopped inside a code fence
+        paced.finish("# Title\n\n```python\nx = 1\n```\n\nDone.")
+        whole = Recorder()
+        render_markdown(whole, "# Title\n\n```python\nx = 1\n```\n\nDone.")
+        assert shown.shown() == whole.shown()
 
 
 class TestReplyText:

@@ -49,6 +49,7 @@ class ChatPage(LiveTurns):
         self.notes: ContextNotes = st.session_state.setdefault("context_notes", ContextNotes())
         self.welcome = None
         self.suggested: str | None = None
+        self.following: list[live_view.Followed] = []  # live answers placed on this run's page
 
     # --- state --------------------------------------------------------------------------------------
     def load(self) -> None:
@@ -213,13 +214,17 @@ class ChatPage(LiveTurns):
         if live is None and m.status == PENDING and self.hot is not None:
             live = self.hot.live(m.message_id)  # another replica is writing it
             hot, message_id = self.hot, m.message_id
-            source = lambda: hot.live(message_id)  # noqa: E731 (a fresh snapshot per poll)
+            source = lambda: hot.live(message_id)  # noqa: E731 (a fresh snapshot per read)
         if live is not None and live.saved is None:
-            live_view.follow(m, source, self.stop)
+            self.following.append(live_view.place(m, source, live, self.stop))  # drawn by follow_live
             return
         if live is not None:
             m = live.saved  # saved since this run began
         render_markdown(st, m.output_body)
+        self._under_answer(m)
+
+    def _under_answer(self, m: Message) -> None:
+        """What sits under a saved answer: its figures and controls, or why it failed and Retry."""
         if m.status == DONE:
             self._answer_footer(m)
             return
@@ -236,6 +241,21 @@ class ChatPage(LiveTurns):
             with ui.errors_shown():
                 self.view.navigate(self.store, self.view.open_id, self.hot)
                 st.rerun()
+
+    def follow_live(self) -> None:
+        """The page's last step: follow the answers still being written (lib.web.live_view), then finish each
+        in place, under what was drawn, so the page is not sent again. A rerun instead when the page around
+        it changed: a first turn's new title, an answer cut to fit its item, or the hot tier lost it."""
+        if not self.following:
+            return
+        live_view.follow(self.following)
+        self.sync_live()  # the loaded chat learns the saved turns (no request)
+        for followed in self.following:
+            ended = followed.ended
+            if followed.gone or not followed.in_place or getattr(ended, "renamed", None) is not None:
+                st.rerun()
+            with followed.status.container():
+                self._under_answer(ended.saved)
 
     def retry(self, m: Message) -> None:
         with ui.errors_shown():

@@ -1,56 +1,124 @@
-"""A live answer on the page: a fragment that redraws the worker's buffer a few times a second, with Stop.
+"""A live answer on the page: followed in the page's own script run, block by block, until it is saved.
 
-Every tab of this process showing the turn runs its own fragment over the same LiveAnswer (lib.turn.live), or,
-with the hot tier, over the copy in Redis: watching costs no DynamoDB request. Once the turn is saved the
-fragment reruns the whole page, which draws the saved answer and no fragment: polling stops.
+Every tab showing the turn (the tab that asked, another tab, another device) follows the same LiveAnswer
+(lib.turn.live) of this process or, with the hot tier, the copy in Redis: watching costs no DynamoDB request.
+The page draws everything else first and, as its last step, `follow` reads the answer a few times a second
+and feeds what arrived to a PacedRenderer: each finished Markdown block reaches the browser once and only
+the open one is redrawn, so what a tab receives stays a small multiple of the answer.
+
+Why the script run and not a polling st.fragment: a fragment's rerun replaces everything it drew, so it
+sends the whole answer again on every poll (quadratic in the answer's length). A long run is what
+st.write_stream does too: a click or a navigation interrupts it at its next Streamlit call (ten a second at
+least), and the run that follows draws the text so far once and goes on following.
 """
 from __future__ import annotations
 
+import time
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import streamlit as st
 
 from lib.storage.records import Message
 from lib.turn.live import SAVING
-from lib.web.stream_render import render
+from lib.web.stream_render import YIELD_S, PacedRenderer
 
-POLL_S = 0.3  # how often a watching tab redraws; the worker writes as fast as the model sends
+POLL_S = 0.25  # how often a following page reads the answer; the worker writes as fast as the model sends
 WATCH_S = 2.0  # how often an open chat asks the hot tier whether it changed elsewhere
+STREAMING_LINE, STOPPING_LINE, SAVING_LINE = "streaming", "stopping", "saving"
 
 
-def follow(m: Message, source: Callable[[], Any], stop: Callable[[str], object]) -> None:
-    """The partial answer of `m`, redrawn until it is saved, then the page reruns once.
+@dataclass
+class Followed:
+    """One live answer this run follows: where it is drawn and, once `follow` returns, how it ended."""
 
-    `source()` gives the answer now: this process's LiveAnswer, or a fresh RemoteLive snapshot from the hot
-    tier (another replica writes it); None (Redis flushed or down) also reruns the page, which then says
-    what DynamoDB knows."""
+    message: Message
+    source: Callable[[], Any]  # the answer now: a LiveAnswer, a fresh RemoteLive, or None if it vanished
+    body: Any  # the container the answer's blocks go into
+    status: Any  # a placeholder under it: Stop, "Stopping…", the saving warning; at the end the footer
+    line: str = ""  # what `status` shows now
+    paced: PacedRenderer | None = field(default=None, repr=False)
+    ended: Any = None  # the answer once saved (its `saved` is the turn)
+    gone: bool = False  # the source lost it (the hot tier flushed or down): the page reruns and asks DynamoDB
+    in_place: bool = False  # the final text extends what was drawn: the page can finish it without a rerun
 
-    @st.fragment(run_every=POLL_S)
-    def _follow() -> None:
-        live = source()
-        if live is None or live.saved is not None:
-            st.rerun(scope="app")  # the next run draws the saved turn (lib.web.chat_page.sync_live)
-        live.watched()
-        render(st.container(), live.text, False)
-        if live.status == SAVING:
-            st.warning(f"Shown but not saved yet: {live.save_error} Saving is retried every few seconds.",
-                       icon=":material/save:")
-            return
-        with st.container(horizontal=True, vertical_alignment="center", gap="small"):
-            if live.stopping:
-                st.caption(":material/hourglass_top: Stopping…")
-            else:
-                st.button("Stop", key=f"stop-{m.message_id}", icon=":material/stop_circle:",
-                          help="Stop this answer; what arrived is kept, with Retry.",
-                          on_click=stop, args=(m.message_id,))
-                st.caption("Writing… you can switch chats or close this tab: the answer keeps coming.")
 
-    _follow()
+def place(m: Message, source: Callable[[], Any], live: Any, stop: Callable[[str], object]) -> Followed:
+    """At the turn's place in the page: an empty body (filled by `follow`) and the status line with Stop."""
+    followed = Followed(m, source, st.container(), st.empty())
+    _status(followed, live, stop)
+    return followed
+
+
+def _status(f: Followed, live: Any, stop: Callable[[str], object] | None = None) -> None:
+    """Draw the status line when it changes. The Stop button is a widget: drawn once, at the page's turn
+    (`stop` given), never from the loop, where a second copy of it in the same run would be an error."""
+    line = SAVING_LINE if live.status == SAVING else STOPPING_LINE if live.stopping else STREAMING_LINE
+    if line == f.line or (line == STREAMING_LINE and stop is None):
+        return
+    f.line = line
+    if line == SAVING_LINE:
+        f.status.warning(f"Shown but not saved yet: {live.save_error} Saving is retried every few seconds.",
+                         icon=":material/save:")
+    elif line == STOPPING_LINE:
+        f.status.caption(":material/hourglass_top: Stopping…")
+    else:
+        with f.status.container(horizontal=True, vertical_alignment="center", gap="small"):
+            st.button("Stop", key=f"stop-{f.message.message_id}", icon=":material/stop_circle:",
+                      help="Stop this answer; what arrived is kept, with Retry.",
+                      on_click=stop, args=(f.message.message_id,))
+            st.caption("Writing… you can switch chats or close this tab: the answer keeps coming.")
+
+
+def follow(items: list[Followed], *, beat: Any = None, clock: Callable[[], float] = time.monotonic,
+           sleep: Callable[[float], None] = time.sleep) -> None:
+    """Follow every placed answer until each is saved or gone; the page then finishes them (`ended`).
+
+    Between reads the run makes a Streamlit call every YIELD_S (an empty placeholder, a few bytes): that
+    is where Streamlit stops it for a click, so Stop and navigation answer within a tenth of a second."""
+    beat = st.empty() if beat is None else beat
+    for f in items:
+        f.paced = PacedRenderer(f.body, clock=clock)
+    waiting, read_at = list(items), clock()
+    while waiting:
+        drew = False
+        if clock() >= read_at:
+            read_at = clock() + POLL_S
+            for f in list(waiting):
+                drew |= _read(f)
+                if f.ended is not None or f.gone:
+                    waiting.remove(f)
+        if not drew:
+            beat.empty()
+        if waiting:
+            sleep(YIELD_S)
+
+
+def _read(f: Followed) -> bool:
+    """One look at the answer; True if it drew. Sets `ended` once saved, `gone` if it vanished."""
+    live = f.source()
+    if live is None:
+        f.gone = True
+        return False
+    live.watched()
+    saved = live.saved  # read before the text: a LiveAnswer's text is complete once `saved` is set
+    if saved is not None:
+        f.ended = live
+        f.in_place = saved.output_body.startswith(f.paced.text)  # not if the save cut it to fit the item
+        if f.in_place:
+            f.paced.finish(saved.output_body)
+        return True
+    _status(f, live)
+    text = live.text
+    return f.paced.add(text[len(f.paced.text):]) if len(text) > len(f.paced.text) else False
 
 
 def watch_changes(version: Callable[[], int | None], known: int | None, reload: Callable[[], None]) -> None:
     """With the hot tier: notice a turn sent to the open chat from elsewhere (its change counter moved) and
-    reload the chat (1 Query). Costs one Redis GET every WATCH_S per open tab, no DynamoDB request."""
+    reload the chat (1 Query). Costs one Redis GET every WATCH_S per open tab, no DynamoDB request.
+
+    A timed fragment rerun does not interrupt a running script (Streamlit queues it), so a page following a
+    live answer checks for changes once the answer is saved."""
 
     @st.fragment(run_every=WATCH_S)
     def _watch() -> None:

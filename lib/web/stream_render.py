@@ -4,9 +4,9 @@ Redrawing the whole answer on every chunk (st.write_stream) sends the text again
 bytes and server time. Here only the open last block is redrawn, and at most a few times per second
 whatever the model's chunk rate, so the work per chunk does not grow with the answer.
 
-The renderer is a function of (container, text so far, done): the first view feeds it chunks as they
-arrive, a reopened chat calls it once with the saved text, and a polling fragment (another tab following
-a live answer) can call `BlockRenderer(container).update(text, done)` on every run.
+The renderer is a function of (container, text so far, done): a page following a live answer (the tab
+that asked, another tab, another device: lib.web.live_view) feeds it what arrived since its last look, a
+reopened chat calls it once with the saved text; both end with the same elements.
 """
 from __future__ import annotations
 
@@ -63,30 +63,60 @@ class BlockRenderer:
         return self._slot
 
 
+class PacedRenderer:
+    """A BlockRenderer fed chunk by chunk, redrawing at most a few times a second whatever the chunk rate.
+
+    Several can share one script run (two answers followed at once); `add` says whether it drew, so the
+    caller knows when the run still owes Streamlit a call (see `stream_markdown`)."""
+
+    def __init__(self, container: Any, *, clock: Callable[[], float] = time.monotonic):
+        self._renderer = BlockRenderer(container)
+        self._clock = clock
+        self.text = ""
+        self._drawn = 0  # len(text) at the last redraw: nothing new, nothing re-sent
+        self._started: float | None = None
+        self._first = 0  # the first chunk's length: a tab that joins mid-answer starts with a large one
+        self._redraw_at = 0.0
+
+    def add(self, chunk: str, now: float | None = None) -> bool:
+        self.text += chunk  # one reference: CPython extends the string in place
+        now = self._clock() if now is None else now
+        if self._started is None:
+            self._started = now
+            self._first = len(self.text)
+        if now < self._redraw_at or len(self.text) == self._drawn:
+            return False
+        self._renderer.update(self.text)
+        self._drawn = len(self.text)
+        # Redrawing the open block re-sends it: wait long enough that the re-sent bytes stay within
+        # twice the rate the text arrives at (a long paragraph is redrawn less often).
+        rate = max(len(self.text) - self._first, 1) / max(now - self._started, MIN_REDRAW_S)
+        self._redraw_at = now + min(max(self._renderer.open_chars / (2 * rate), MIN_REDRAW_S), MAX_REDRAW_S)
+        return True
+
+    def finish(self, text: str | None = None) -> None:
+        """The final draw: the open block as a finished one (`text`, if given, extends what was added)."""
+        if text is not None:
+            self.text = text
+        self._renderer.update(self.text, done=True)
+
+
 def stream_markdown(container: Any, chunks: Iterable[str], *, clock: Callable[[], float] = time.monotonic) -> str:
     """Draw chunks as they arrive, coalesced; returns the text. A chunk costs an append until the next redraw."""
     # Streamlit stops a script (a click elsewhere, a closed tab) only at its next st call: an empty
-    # placeholder refreshed ten times a second (a few bytes) keeps that prompt between sparse redraws,
-    # so an interrupted answer is saved as stopped before the next run reads it.
+    # placeholder refreshed ten times a second (a few bytes) keeps that prompt between sparse redraws.
     beat = container.empty()
-    renderer = BlockRenderer(container)
-    text = ""
-    started = redraw_at = beat_at = clock()
+    paced = PacedRenderer(container, clock=clock)
+    beat_at = clock()
     for chunk in chunks:
-        text += chunk  # a local string with one reference: CPython extends it in place
         now = clock()
-        if now >= redraw_at:
-            renderer.update(text)
-            # Redrawing the open block re-sends it: wait long enough that the re-sent bytes stay within
-            # twice the rate the text arrives at (a long paragraph is redrawn less often).
-            rate = len(text) / max(now - started, MIN_REDRAW_S)
-            redraw_at = now + min(max(renderer.open_chars / (2 * rate), MIN_REDRAW_S), MAX_REDRAW_S)
+        if paced.add(chunk, now):
             beat_at = now + YIELD_S
         elif now >= beat_at:
             beat.empty()
             beat_at = now + YIELD_S
-    renderer.update(text, done=True)
-    return text
+    paced.finish()
+    return paced.text
 
 
 @functools.lru_cache(maxsize=256)
@@ -99,11 +129,3 @@ def render_markdown(container: Any, text: str) -> None:
     blocks = _blocks(text) if len(text) <= 100_000 else split(text)  # the cache keeps reruns cheap
     for block in blocks:
         draw(container, block)
-
-
-def render(container: Any, text: str, done: bool) -> BlockRenderer:
-    """One call of a polling view (an st.fragment following a live answer): the text so far into a fresh
-    container; keep the returned renderer between calls within one run to redraw only the open block."""
-    renderer = BlockRenderer(container)
-    renderer.update(text, done)
-    return renderer

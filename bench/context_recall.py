@@ -159,7 +159,7 @@ def cost_at_turn_100(corpus) -> None:
     cache, session, history, summary = ContextCache(), None, [], None
     rows, previous_prefix = [], {}
     for n, turn in enumerate(turns, start=1):
-        from lib.context.importer import ImportedTurn, _time  # noqa: F401 (the importer's own time parsing)
+        from lib.context.importer import _time  # the importer's own time parsing
         from lib.storage import keys
 
         with keys.clock(lambda t=_time(turn["time"], "bench"): t):

@@ -10,8 +10,9 @@
 2. Stop, 20 times, against the local fake Anthropic server through the real `anthropic` client (400 chunks,
    0.02 s apart): time from Stop to the HTTP stream closed, chunks the worker received after Stop, chunks the
    server still sent after Stop (what the model generated before the connection closed).
-3. A second tab (Streamlit AppTest) re-running its page every 0.3 s while a long answer streams at 30 chunks
-   a second (`--watch-seconds`, default 60): DynamoDB requests made by those runs (goal 0).
+3. A second tab (Streamlit AppTest) opening the chat while a long answer streams at 30 chunks a second
+   (`--watch-seconds`, default 60): its one page run follows the answer until it is saved (lib.web.live_view);
+   DynamoDB requests made by that run beyond opening the chat (goal 0), and the live buffer reads it made.
 4. With a real redis-server (if installed): Query requests and read units for 10 opens of a 20-turn chat,
    without and with the hot tier.
 """
@@ -139,43 +140,46 @@ def stop_timing(trials):
 
 
 def watching(seconds):
+    from streamlit.testing.v1 import AppTest
+
     from tests.fake_anthropic import Behaviour, FakeAnthropic
+    from tests.turn_helpers import turn_for
 
     fake = FakeAnthropic()
     rate = 30
     os.environ.update(CHAT_TABLE=f"bench-{uuid.uuid4().hex[:8]}", CHAT_DATA_DIR=":memory:",
                       ANTHROPIC_API_KEY="sk-bench", CHAT_ANTHROPIC_BASE_URL=fake.url, CHAT_MODEL_MAX_RETRIES="0")
-    from tests.pages import generations, new_browser, services
+    from tests.pages import APP, DEV, generations, services
 
     try:
         fake.enqueue(Behaviour("text", chunks=["word "] * (seconds * rate), chunk_delay_s=1 / rate))
-        first = new_browser()
-        first.chat_input[0].set_value("a long answer, please").run()
-        session = first.query_params["session"]
-        session = session[0] if isinstance(session, list) else session
-        (live,) = generations().active()
-        second = new_browser(session=session)
+        gens = generations()
+        gens.admit(DEV)
+        live = gens.start(turn_for(services().store, services().model, DEV, "a long answer, please"))
+        reads = [0]
+        text = type(live).text
+        type(live).text = property(lambda self: reads.__setitem__(0, reads[0] + 1) or text.fget(self))
         meter = services().database.meter
         before = len(meter.records())
-        runs, began = 0, time.monotonic()
-        while live.saved is None:
-            second.run()
-            runs += 1
-            time.sleep(0.3)
+        began = time.monotonic()
+        second = AppTest.from_file(APP, default_timeout=seconds + 60)
+        second.query_params["session"] = live.session_id
+        second.run()  # one run: it opens the chat and follows the answer until it is saved
         elapsed = time.monotonic() - began
-        live.wait(30)
-        # The worker's own requests (its save, the first turn's title, usage) are not the watching tab's.
-        records = meter.records()[before:]
-        worker_made = [r for r in records if r.action in ("finish", "title", "ledger") or r.action.startswith("memor")]
-        watched = [r for r in records if r not in worker_made]
-        second.run()
+        type(live).text = text
         assert not second.exception and "out tokens" in second.chat_message[1].caption[0].value
+        records = meter.records()[before:]
+        # The worker's own requests (its save, usage, memories) are not the watching tab's.
+        worker_made = [r for r in records if r.action in ("finish", "title", "ledger") or r.action.startswith("memor")]
+        opening = [r for r in records if r.action in ("sidebar", "open")]
+        watched = [r for r in records if r not in worker_made and r not in opening]
     finally:
         fake.close()
     print(f"\n### A second tab watching a {seconds} s answer ({rate} chunks a second)\n")
-    print_table(["page runs while it streamed", "seconds watched", "DynamoDB requests by those runs",
-                 "the worker's own (save, title, memories)"],
-                [(runs, elapsed, len(watched), ", ".join(f"{r.operation} {r.action}" for r in worker_made))])
+    print_table(["page runs", "seconds it followed", "live buffer reads", "requests to open the chat",
+                 "DynamoDB requests while following", "the worker's own (save, memories)"],
+                [(1, elapsed, reads[0], ", ".join(f"{r.operation} {r.action}" for r in opening), len(watched),
+                  ", ".join(f"{r.operation} {r.action}" for r in worker_made))])
 
 
 def hot_reads(opens):

@@ -12,7 +12,8 @@ The followers:
 - "blocks": lib.web.live_view.follow, the page's own run feeding a PacedRenderer.
 Measured:
 - WebSocket bytes the browser received from the send to the final render (CDP Network.webSocketFrameReceived),
-  and what one full rerun of the same page costs afterwards (any click costs that);
+  what one full rerun of the same page costs afterwards (any click costs that), and the send's bytes less
+  the page around the answer (that rerun less the answer): what following the answer itself cost;
 - server time per chunk by tenth of the answer: the worker's append plus the page's rendering work spread
   over the chunks of that tenth (mean of the first and of the last tenth);
 - time from the last chunk to the final render (the caption under the saved answer), and the browser's
@@ -25,6 +26,7 @@ import base64
 import json
 import os
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -38,6 +40,7 @@ sys.path.insert(0, str(ROOT))
 from bench.common import print_table  # noqa: E402
 
 SIZES = [2_000, 20_000, 100_000, 300_000]
+REPEATS = {2_000: 3, 20_000: 3}  # small answers are a few draws each: the median of 3 runs; the others run once
 FOLLOWERS = {"poll": "poll fragment (before)", "blocks": "blocks"}
 RUN_LIMIT_S = 150
 WORD_DELAY_S = "0.001"
@@ -104,7 +107,7 @@ def _patch_poll_fragment(chat_page_class) -> None:
     import lib.web.live_view as live_view
     from lib.web.stream_render import BlockRenderer
 
-    def place(m, source, live, stop):
+    def place(m, source, live, stop, **_):
         @st.fragment(run_every=0.3)
         def _follow() -> None:
             now = source()
@@ -149,16 +152,26 @@ def start_app(folder: Path, follower: str) -> tuple[subprocess.Popen, str, Path]
 
 
 def per_chunk_by_tenth(log: dict) -> dict:
-    """Server µs per chunk in the first and the last tenth of the answer: the worker's append, and the
-    page's rendering (every BlockRenderer.update drawing that tenth) divided by the chunks of that tenth."""
+    """Server µs per chunk in the first and the last tenth of the answer: the worker's append, plus the page's
+    rendering spread over the chunks it drew (a redraw at 9 KB after one at 7 KB counts for the chunks
+    between them), divided by the chunks of that tenth."""
     appends, size = log["appends"], log["size"]
     count, worker, page = [0] * 10, [0.0] * 10, [0.0] * 10
     for index, (_, seconds) in enumerate(appends):
         tenth = min(9, 10 * index // len(appends))
         count[tenth] += 1
         worker[tenth] += seconds
+    drawn = 0
     for length, seconds in log["renders"]:
-        page[min(9, 10 * length // size)] += seconds
+        length = min(length, size)
+        if length <= drawn:  # the final draw of the open block, with nothing new: the last tenth's
+            page[9] += seconds
+            continue
+        for tenth in range(10):  # the share of [drawn, length) that falls in each tenth
+            low, high = max(drawn, tenth * size / 10), min(length, (tenth + 1) * size / 10)
+            if high > low:
+                page[tenth] += seconds * (high - low) / (length - drawn)
+        drawn = length
     per = [(worker[t] + page[t]) / max(count[t], 1) * 1e6 for t in range(10)]
     return {"chunks": len(appends), "total": (per[0], per[9]),
             "page": (page[0] / max(count[0], 1) * 1e6, page[9] / max(count[9], 1) * 1e6)}
@@ -222,6 +235,18 @@ def run(browser, size: int, follower: str) -> dict:
         return result
 
 
+def median_run(runs: list[dict]) -> dict:
+    """Each figure's median over the runs (a run not finished makes the whole row not finished)."""
+    if len(runs) == 1 or not all(r["finished"] for r in runs):
+        return runs[0] if all(r["finished"] for r in runs) else next(r for r in runs if not r["finished"])
+    middle = dict(runs[0])
+    for key in ("ws_bytes", "busy_s", "rerun_bytes", "last_to_render"):
+        middle[key] = statistics.median(r[key] for r in runs)
+    for key in ("total", "page"):
+        middle[key] = tuple(statistics.median(r[key][i] for r in runs) for i in (0, 1))
+    return middle
+
+
 def _settled_bytes(page, received: dict) -> int:
     """Bytes received until nothing has arrived for a second."""
     last, quiet_since = -1, time.monotonic()
@@ -249,14 +274,17 @@ def main() -> None:
         for size in SIZES:
             answer = len(long_answer(size).encode())
             for follower in FOLLOWERS:
-                r = run(browser, size, follower)
+                r = median_run([run(browser, size, follower) for _ in range(REPEATS.get(size, 1))])
                 total, page = r.get("total", (0, 0)), r.get("page", (0, 0))
                 rerun = r["rerun_bytes"]
+                # Any Streamlit run sends the whole page; what the answer itself cost is the rest.
+                own = r["ws_bytes"] - (rerun - answer) if rerun is not None else None
                 rows.append([
                     f"{answer / 1000:,.0f} KB", FOLLOWERS[follower],
                     f"{r['ws_bytes'] / 1e6:,.2f} MB" + ("" if r["finished"] else f" (not finished in {RUN_LIMIT_S} s)"),
                     f"{r['ws_bytes'] / answer:,.1f}x" if r["finished"] else f">{r['ws_bytes'] / answer:,.0f}x",
                     f"{rerun / 1e3:,.0f} KB" if rerun is not None else "-",
+                    f"{own / answer:,.1f}x" if own is not None else "-",
                     f"{total[0]:,.1f} / {total[1]:,.1f}", f"{total[1] / total[0]:,.2f}" if total[0] else "-",
                     f"{page[0]:,.1f} / {page[1]:,.1f}",
                     f"{r['last_to_render']:,.2f}" if r.get("last_to_render") is not None else "-",
@@ -265,7 +293,7 @@ def main() -> None:
         browser.close()
     print()
     print_table(["answer", "follower", "WebSocket bytes, send to final render", "bytes / answer",
-                 "a full rerun afterwards", "server µs per chunk, first / last tenth", "last / first",
+                 "a full rerun afterwards", "less the page's own run, / answer", "server µs per chunk, first / last tenth", "last / first",
                  "of which the page µs, first / last", "last chunk -> final render s", "browser main thread s"], rows)
 
 

@@ -6,7 +6,6 @@ IAM cannot restrict: the app is the guard). `?q=` only fills the box.
 """
 from __future__ import annotations
 
-import datetime as dt
 from urllib.parse import urlencode
 
 import streamlit as st

@@ -56,8 +56,7 @@ def generations():
 
 
 def settle(at):
-    """Wait for every answer being written to be saved, then run the page again (a watching tab's fragment
-    would do the same within a poll)."""
+    """Wait for every answer being written to be saved (anywhere in this process), then run the page again."""
     assert wait_all_idle(30), "an answer is still being written after 30 s"
     at.run()
     assert not at.exception, at.exception

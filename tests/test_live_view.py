@@ -35,8 +35,8 @@ class Clock:
         self.each_sleep(self.now)
 
 
-def followed(live):
-    return Followed(MESSAGE, lambda: live, Recorder(), Status(Recorder().log), line="streaming")
+def followed(live, every=POLL_S):
+    return Followed(MESSAGE, lambda: live, every, Recorder(), Status(Recorder().log), line="streaming")
 
 
 def run(items, worker):
@@ -122,7 +122,7 @@ def test_a_saved_answer_cut_to_fit_its_item_is_not_finished_in_place():
 
 
 def test_an_answer_the_hot_tier_lost_ends_the_loop_as_gone():
-    item = Followed(MESSAGE, lambda: None, Recorder(), Status(), line="streaming")
+    item = Followed(MESSAGE, lambda: None, POLL_S, Recorder(), Status(), line="streaming")
     run([item], lambda now: None)
     assert item.gone and item.ended is None and item.body.log["sent"] == 0
 
@@ -135,3 +135,12 @@ def test_two_answers_are_followed_at_once():
     run([one, two], lambda now: (worker_one(now), worker_two(now)))
     assert one.ended is first and two.ended is second
     assert one.body.shown() == two.body.shown()
+
+
+def test_this_process_s_answer_is_read_every_tenth_of_a_second_the_hot_tier_s_every_poll():
+    for every in (YIELD_S, POLL_S):
+        live, reads = LiveAnswer("u", "s1", MESSAGE.message_id), []
+        item = followed(live, every)
+        item.source = lambda: reads.append(1) or live
+        clock, _ = run([item], a_worker(live, long_answer(2_000), chars_per_s=1_000))
+        assert abs(len(reads) - clock.now / every) <= 2  # a Redis round trip with the text costs more

@@ -144,7 +144,7 @@ class TestLimits:
         gens = Generations(unwatched_stop_s=0.2)
         live = gens.start(turn_for(store, DemoModel(delay_s=0.01)))
         while not live.wait(0.05):
-            live.watched()  # a page's fragment, a few times a second
+            live.watched()  # a page following it, a few times a second
         assert live.saved.status == DONE
 
     def test_the_default_finishes_an_answer_nobody_watches(self, store):

@@ -19,7 +19,6 @@ from lib.context.cache import ContextCache
 from lib.errors import ChatError
 from lib.storage import keys
 from lib.storage.items import QUESTION_LIMIT_BYTES, TITLE_MAX_CHARS, default_title
-from lib.storage.records import Message, Summary
 
 IMPORTED_MODEL = "imported"
 

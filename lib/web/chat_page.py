@@ -216,7 +216,8 @@ class ChatPage(LiveTurns):
             hot, message_id = self.hot, m.message_id
             source = lambda: hot.live(message_id)  # noqa: E731 (a fresh snapshot per read)
         if live is not None and live.saved is None:
-            self.following.append(live_view.place(m, source, live, self.stop))  # drawn by follow_live
+            remote = self.generations.get(m.message_id) is None
+            self.following.append(live_view.place(m, source, live, self.stop, remote=remote))  # see follow_live
             return
         if live is not None:
             m = live.saved  # saved since this run began
@@ -320,6 +321,7 @@ class ChatPage(LiveTurns):
         if not question.strip():
             return  # an empty or whitespace-only question is ignored
         first = self.view.session is None
+        in_place = self._sidebar_stays()
         with ui.errors_shown():
             try:
                 self.generations.admit(self.me.user_id)
@@ -334,7 +336,17 @@ class ChatPage(LiveTurns):
             st.query_params["session"] = turn.session.session_id
             self._bump(turn.session.session_id, new=first)
             self.start(turn, first=first)
-            st.rerun()
+            if not in_place:
+                st.rerun()
+            self._turn(turn.message)  # under the turns this run drew; follow_live follows its answer
+
+    def _sidebar_stays(self) -> bool:
+        """A follow-up in the chat at the top of the sidebar, under a heading that stays ('Today'), changes
+        nothing this run has drawn above the new turn: the turn is drawn in place, under the others, instead
+        of rerunning the page (a rerun sends every turn on screen again)."""
+        top = self.view.sidebar[0] if self.view.sidebar else None
+        return (self.view.session is not None and top is not None and top.session_id == self.view.open_id
+                and ui.day_group(top.last_message_time) == "Today")
 
     # --- the empty page and the composer ------------------------------------------------------------
     def not_found(self) -> None:

@@ -23,7 +23,7 @@ from lib.storage.records import Message
 from lib.turn.live import SAVING
 from lib.web.stream_render import YIELD_S, PacedRenderer
 
-POLL_S = 0.25  # how often a following page reads the answer; the worker writes as fast as the model sends
+POLL_S = 0.25  # how often a following page reads the hot tier's copy (a Redis round trip with the text)
 WATCH_S = 2.0  # how often an open chat asks the hot tier whether it changed elsewhere
 STREAMING_LINE, STOPPING_LINE, SAVING_LINE = "streaming", "stopping", "saving"
 
@@ -34,18 +34,21 @@ class Followed:
 
     message: Message
     source: Callable[[], Any]  # the answer now: a LiveAnswer, a fresh RemoteLive, or None if it vanished
+    every: float  # seconds between reads: YIELD_S for this process's LiveAnswer (free), POLL_S for Redis
     body: Any  # the container the answer's blocks go into
     status: Any  # a placeholder under it: Stop, "Stopping…", the saving warning; at the end the footer
     line: str = ""  # what `status` shows now
     paced: PacedRenderer | None = field(default=None, repr=False)
+    read_at: float = 0.0
     ended: Any = None  # the answer once saved (its `saved` is the turn)
     gone: bool = False  # the source lost it (the hot tier flushed or down): the page reruns and asks DynamoDB
     in_place: bool = False  # the final text extends what was drawn: the page can finish it without a rerun
 
 
-def place(m: Message, source: Callable[[], Any], live: Any, stop: Callable[[str], object]) -> Followed:
+def place(m: Message, source: Callable[[], Any], live: Any, stop: Callable[[str], object], *,
+          remote: bool) -> Followed:
     """At the turn's place in the page: an empty body (filled by `follow`) and the status line with Stop."""
-    followed = Followed(m, source, st.container(), st.empty())
+    followed = Followed(m, source, POLL_S if remote else YIELD_S, st.container(), st.empty())
     _status(followed, live, stop)
     return followed
 
@@ -79,12 +82,13 @@ def follow(items: list[Followed], *, beat: Any = None, clock: Callable[[], float
     beat = st.empty() if beat is None else beat
     for f in items:
         f.paced = PacedRenderer(f.body, clock=clock)
-    waiting, read_at = list(items), clock()
+        f.read_at = clock()
+    waiting = list(items)
     while waiting:
         drew = False
-        if clock() >= read_at:
-            read_at = clock() + POLL_S
-            for f in list(waiting):
+        for f in list(waiting):
+            if clock() >= f.read_at:
+                f.read_at = clock() + f.every
                 drew |= _read(f)
                 if f.ended is not None or f.gone:
                     waiting.remove(f)

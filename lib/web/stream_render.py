@@ -18,6 +18,7 @@ from lib.web.markdown_blocks import CODE, PLAIN, Block, block_of, scan, split
 from lib.web.render import safe_markdown
 
 MIN_REDRAW_S, MAX_REDRAW_S = 0.25, 1.0  # at most four redraws a second, at least one
+RATE_FLOOR = 100  # characters a second: a slow model's pace, assumed until the real one is measured
 YIELD_S = 0.1  # how often the script gives Streamlit a chance to stop it
 
 
@@ -90,7 +91,7 @@ class PacedRenderer:
         self._drawn = len(self.text)
         # Redrawing the open block re-sends it: wait long enough that the re-sent bytes stay within
         # twice the rate the text arrives at (a long paragraph is redrawn less often).
-        rate = max(len(self.text) - self._first, 1) / max(now - self._started, MIN_REDRAW_S)
+        rate = max((len(self.text) - self._first) / max(now - self._started, MIN_REDRAW_S), RATE_FLOOR)
         self._redraw_at = now + min(max(self._renderer.open_chars / (2 * rate), MIN_REDRAW_S), MAX_REDRAW_S)
         return True
 

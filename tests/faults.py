@@ -25,6 +25,10 @@ class Faults:
     def fail(self, operation: str, code: str, times: int = 1, message: str = "injected", **extra: Any) -> None:
         self._plan.setdefault(operation, []).extend([(code, message, extra)] * times)
 
+    def clear(self) -> None:
+        """Every planned failure not yet used is dropped: the table answers again."""
+        self._plan.clear()
+
     def _before_send(self, request: Any, **_: Any) -> AWSResponse | None:
         operation = request.headers.get("X-Amz-Target", b"")
         operation = (operation.decode() if isinstance(operation, bytes) else operation).rpartition(".")[2]

@@ -3,7 +3,7 @@ import pytest
 
 from tests.fake_anthropic import Behaviour
 from tests.faults import Faults
-from tests.pages import DEV, button, new_browser, send, services, settle, shown_text
+from tests.pages import DEV, button, generations, new_browser, send, services, settle, shown_text
 
 pytestmark = pytest.mark.usefixtures("app_env", "no_backoff_sleep")
 
@@ -23,7 +23,7 @@ class TestDatabaseFaults:
         assert at.text_area[0].value == "please keep me"
         assert services().store.list_sessions(DEV).items == []
 
-    def test_a_failed_finish_is_retried_by_the_worker_while_the_page_follows_then_finished_in_place(self):
+    def test_a_failed_finish_is_retried_by_the_worker_while_the_page_follows_then_shown_saved(self):
         at = new_browser()
         # 5 attempts for the save after streaming, 5 more for the worker's second try; the third succeeds.
         # The page follows meanwhile (the warning it shows then is tested in tests/test_live_view.py).
@@ -31,6 +31,22 @@ class TestDatabaseFaults:
         send(at, "answer me", wait=False)
         assert not at.warning and stored()[0].status == "done"
         assert "demo model" in shown_text(at.chat_message[1])
+        assert "out tokens" in at.chat_message[1].caption[0].value
+
+
+    def test_a_save_refused_past_the_deadline_ends_the_following_page_with_interrupted_and_retry(self, monkeypatch):
+        monkeypatch.setenv("CHAT_PENDING_TIMEOUT_S", "1")  # the worker's save deadline: given up after one wait
+        at = new_browser()
+        faults = Faults(services().database.client)
+        faults.fail("UpdateItem", "ThrottlingException", times=1_000)
+        send(at, "answer me", wait=False)  # returns: the page does not follow an answer nobody will save
+        (live,) = [g for g in [generations().get(stored()[0].message_id)] if g is not None]
+        assert live.given_up
+        assert "Interrupted" in at.warning[0].value and button(at, "Retry")
+        assert stored()[0].status == "pending"  # what DynamoDB has: the question, kept
+        faults.clear()
+        button(at, "Retry").click().run()
+        assert not at.exception and stored()[0].status == "done"
         assert "out tokens" in at.chat_message[1].caption[0].value
 
 

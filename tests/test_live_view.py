@@ -4,8 +4,8 @@ import dataclasses
 
 from lib.storage.records import DONE, FAILED, Message
 from lib.turn.live import SAVING, LiveAnswer
-from lib.web.live_view import POLL_S, Followed, follow
-from lib.web.stream_render import YIELD_S, render_markdown
+from lib.web.live_view import POLL_S, YIELD_S, Followed, follow
+from lib.web.stream_render import render_markdown
 from tests.long_answers import long_answer
 from tests.test_stream_render import Recorder, Slot
 
@@ -71,8 +71,7 @@ def test_an_answer_is_followed_to_the_end_each_block_sent_once_and_finished_in_p
     render_markdown(whole, text)
     assert item.body.shown() == whole.shown()  # the same elements as a reopened chat
     assert item.body.log["sent"] <= 3 * len(text)  # each finished block once; the open one a few times
-    # the reads: one per POLL_S, and a Streamlit call (a draw or the beat) between any two sleeps of YIELD_S
-    assert clock.sleeps == round(clock.now / YIELD_S)
+    # a Streamlit call (a draw or the beat) between any two sleeps; draws coalesced to at most one per read
     assert item.body.log["draws"] + beat.log.get("yields", 0) >= clock.sleeps
     assert item.body.log["draws"] <= clock.now / POLL_S + len(whole.shown()) + 2
 
@@ -144,3 +143,32 @@ def test_this_process_s_answer_is_read_every_tenth_of_a_second_the_hot_tier_s_ev
         item.source = lambda: reads.append(1) or live
         clock, _ = run([item], a_worker(live, long_answer(2_000), chars_per_s=1_000))
         assert abs(len(reads) - clock.now / every) <= 2  # a Redis round trip with the text costs more
+
+
+def test_an_answer_whose_worker_ended_without_saving_ends_the_loop_as_gone():
+    live = LiveAnswer("u", "s1", MESSAGE.message_id)
+    item = followed(live)
+
+    def worker(now):
+        if now < 1:
+            live.append("partial ")
+        else:
+            live.status, live.save_error = SAVING, "The database is busy."
+            live.done()  # the worker gave up saving: nothing will change this answer again
+    run([item], worker)
+    assert live.given_up and item.gone and item.ended is None
+
+
+def test_a_local_answer_saved_during_a_nap_is_shown_saved_without_waiting_out_the_nap():
+    live = LiveAnswer("u", "s1", MESSAGE.message_id)
+    live.append("almost done")
+    item, naps = followed(live, YIELD_S), []
+
+    def wake(seconds):  # the worker saves while the page naps: the nap ends at once
+        naps.append(seconds)
+        live.finish(saved(live.text))
+        return live.wait_ended(seconds)
+    item.wake = wake
+    clock, _ = run([item], lambda now: None)
+    assert item.ended is live and item.in_place
+    assert naps == [YIELD_S] and clock.sleeps == 0  # one nap, cut short; the fake clock never slept

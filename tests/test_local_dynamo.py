@@ -1,5 +1,6 @@
 """The embedded DynamoDB: serialized, rolls back only what a transaction touched, tracks no instances, DynamoDB's
 size rule, persists; its moto guardrails (version, signatures, effects)."""
+import base64
 import json
 import subprocess
 import sys
@@ -87,6 +88,7 @@ print(session.session_id)
 """
 
 READ = """
+import base64
 import json
 from lib.config import Settings
 from lib.storage.database import open_database
@@ -195,7 +197,7 @@ class TestGuardrails:
         from lib.embedded import moto_patches
 
         moto_patches.check_moto()  # the installed moto passes
-        assert len(moto_patches.SIGNATURES) == 15
+        assert len(moto_patches.SIGNATURES) == 16
 
     def test_a_query_is_served_by_the_partition_without_walking_the_table(self, client, table, monkeypatch):
         from moto.dynamodb.models.table import Table
@@ -304,3 +306,69 @@ class TestSizeRule:
         monkeypatch.setattr(moto_patches, "item_size", lambda attrs: calls.append(1) or original(attrs))
         client.put_item(TableName=table, Item=to_item({"pk": "p", "sk": "wide", **{f"a{i}": i for i in range(500)}}))
         assert len(calls) == 1
+
+
+EVERY_TYPE = {"pk": {"S": "USER#types"}, "sk": {"S": "MSG#1"}, "s": {"S": "héllo \u2028 \"quoted\" \\ ✓"},
+              "n": {"N": "-12.500"}, "big": {"N": "123456789012345678901234567890123456"}, "b": {"B": b"\x00\x01\xff"},
+              "bs": {"BS": [b"\x00", b"\xfe\xff"]}, "ss": {"SS": ["a", "b"]}, "ns": {"NS": ["1", "2.5"]},
+              "yes": {"BOOL": True}, "no": {"BOOL": False}, "none": {"NULL": True},
+              "l": {"L": [{"S": "x"}, {"N": "1"}, {"M": {"deep": {"L": [{"B": b"\x02"}, {"NULL": True}]}}}]},
+              "m": {"M": {"empty": {"M": {}}, "list": {"L": []}, "s": {"S": ""}}}}
+
+
+class TestDirectJson:
+    """Fix 7: the item operations' results skip moto's shape-walking serializer; what a client gets is the same."""
+
+    def test_the_direct_json_is_what_moto_s_serializer_writes(self):
+        from moto.core.responses import ActionContext, get_service_model
+        from moto.core.serialize import get_serializer_class
+        from moto.dynamodb.models.dynamo_type import DynamoType
+        from moto.dynamodb.responses import DynamoHandler, DynamoResult
+
+        from lib.embedded.moto_patches import _base64
+
+        wire = {k: ({t: base64.b64encode(v).decode() if isinstance(v, bytes) else
+                     [base64.b64encode(x).decode() for x in v] if t == "BS" else v} if t in ("B", "BS") else {t: v})
+                for k, value in EVERY_TYPE.items() for t, v in value.items()}
+        wire["l"] = {"L": [{"S": "x"}, {"N": "1"}, {"M": {"deep": {"L": [{"B": "Ag=="}, {"NULL": True}]}}}]}
+        item = {k: DynamoType(v) for k, v in wire.items()}
+        service = get_service_model("dynamodb")
+        for operation, result in [
+                ("Query", {"Count": 2, "ScannedCount": 3, "Items": [item, item],
+                           "LastEvaluatedKey": {"pk": {"S": "a"}, "sk": {"S": "b"}},
+                           "ConsumedCapacity": {"TableName": "t", "CapacityUnits": 1.5}}),
+                ("GetItem", {"Item": item}), ("GetItem", {}),
+                ("UpdateItem", {"Attributes": item}),
+                ("BatchGetItem", {"Responses": {"t": [item]}, "UnprocessedKeys": {}}),
+                ("TransactGetItems", {"Responses": [{"Item": item}, {}]})]:
+            context = ActionContext(service, service.operation_model(operation),
+                                    get_serializer_class("dynamodb", "json"), DynamoHandler())
+            by_moto = json.loads(DynamoResult(result).execute_result(context)[2])
+            direct = json.loads(json.dumps(DynamoResult(result).result, default=_base64))
+            assert direct == by_moto, operation
+
+    def test_every_type_comes_back_unchanged_through_every_item_operation(self, client, table, monkeypatch):
+        from moto.core.responses import ActionResult
+
+        walked = []
+        execute = ActionResult.execute_result
+        monkeypatch.setattr(ActionResult, "execute_result", lambda self, context: walked.append(
+            context.operation_model.name) or execute(self, context))
+        key = {"pk": EVERY_TYPE["pk"], "sk": EVERY_TYPE["sk"]}
+        client.put_item(TableName=table, Item=EVERY_TYPE)
+        got = [client.get_item(TableName=table, Key=key, ConsistentRead=True)["Item"],
+               client.query(TableName=table, KeyConditionExpression="pk = :p",
+                            ExpressionAttributeValues={":p": EVERY_TYPE["pk"]})["Items"][0],
+               client.scan(TableName=table)["Items"][0],
+               client.batch_get_item(RequestItems={table: {"Keys": [key]}})["Responses"][table][0],
+               client.transact_get_items(TransactItems=[{"Get": {"TableName": table, "Key": key}}])["Responses"][0]["Item"],
+               client.update_item(TableName=table, Key=key, UpdateExpression="SET n = :n",
+                                  ExpressionAttributeValues={":n": EVERY_TYPE["n"]}, ReturnValues="ALL_NEW")["Attributes"],
+               client.delete_item(TableName=table, Key=key, ReturnValues="ALL_OLD")["Attributes"]]
+        for item in got:
+            assert item == {**EVERY_TYPE, "ss": item["ss"], "ns": item["ns"], "bs": item["bs"]}
+            assert sorted(item["ss"]["SS"]) == ["a", "b"] and sorted(item["ns"]["NS"]) == ["1", "2.5"]
+            assert sorted(item["bs"]["BS"]) == [b"\x00", b"\xfe\xff"]
+        assert walked == []  # none of them went through the serializer
+        client.describe_table(TableName=table)
+        assert walked == ["DescribeTable"]  # anything else still does

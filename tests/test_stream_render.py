@@ -6,7 +6,7 @@ import pytest
 from lib.turn.models import demo_answer
 from lib.web.markdown_blocks import CODE, MARKDOWN, PLAIN, Block, split
 from lib.web.render import WORD_JOINER, plain_label, safe_markdown
-from lib.web.stream_render import BlockRenderer, PacedRenderer, render_markdown, stream_markdown
+from lib.web.stream_render import BlockRenderer, PacedRenderer, render_markdown
 
 
 class Recorder:
@@ -154,8 +154,11 @@ class TestStreamingWork:
         chunks = [text[i:i + 6] for i in range(0, len(text), 6)]
         ticks = iter(range(10 ** 9))
         shown = Recorder()
-        result = stream_markdown(shown, chunks, clock=lambda: next(ticks) * 0.02)  # 300 characters a second
-        assert result == text
+        paced = PacedRenderer(shown, clock=lambda: next(ticks) * 0.02)  # 300 characters a second
+        for chunk in chunks:
+            paced.add(chunk)
+        paced.finish()
+        assert paced.text == text and len(paced) == len(text)
         assert shown.log["sent"] <= 3 * len(text)
         assert shown.log["draws"] <= len(chunks) * 0.02 / 0.25 + len(split(text))  # coalesced
 
@@ -163,18 +166,10 @@ class TestStreamingWork:
         text = "one\n\ntwo\n\nthree"
         ticks = iter(range(1000))
         shown = Recorder()
-        stream_markdown(shown, list(text), clock=lambda: next(ticks) * 10.0)
+        paced = PacedRenderer(shown, clock=lambda: next(ticks) * 10.0)
+        assert all(paced.add(chunk) for chunk in text)  # each chunk is past the previous redraw's wait
+        paced.finish()
         assert [t for _, t, _ in shown.shown()] == ["one", "two", "three"]
-
-    def test_the_script_reaches_a_streamlit_call_every_tenth_of_a_second_between_sparse_redraws(self):
-        # Streamlit can stop a script (the user clicked elsewhere) only inside an st call.
-        text = "x" * 5_000  # one long open paragraph: redrawn about once a second
-        ticks = iter(range(10 ** 6))
-        shown = Recorder()
-        stream_markdown(shown, list(text), clock=lambda: next(ticks) * 0.01)  # 50 s of chunks
-        assert shown.log["draws"] < 100
-        assert shown.log["draws"] + shown.log["yields"] >= 50 / 0.1 - 1
-
 
     def test_a_tab_joining_mid_answer_is_sent_what_it_missed_once_then_only_what_arrives(self):
         text = "\n\n".join(f"Paragraph {i} " + "word " * 60 for i in range(400))  # about 130 KB

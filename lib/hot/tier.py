@@ -42,6 +42,8 @@ class RemoteLive:
     stopping: bool
     _hot: "HotTier"
 
+    given_up = False  # Redis cannot tell; a copy whose writer died expires with its TTL (the pending timeout)
+
     def watched(self) -> None:
         self._hot.watched(self.message_id)
 

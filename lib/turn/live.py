@@ -34,6 +34,7 @@ class LiveAnswer:
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _stop: threading.Event = field(default_factory=threading.Event, repr=False)
     _done: threading.Event = field(default_factory=threading.Event, repr=False)
+    _ended: threading.Event = field(default_factory=threading.Event, repr=False)  # saved, or given up
     watched_at: float = field(default_factory=time.monotonic)
     chunks: int = 0  # chunks received, including any that arrived after Stop (the bench counts those)
     chunks_after_stop: int = 0
@@ -76,10 +77,22 @@ class LiveAnswer:
     def finish(self, saved: Message) -> None:
         with self._lock:
             self.saved, self.status, self.save_error = saved, SAVED, None
+        self._ended.set()
 
     def done(self) -> None:
         """The worker has nothing left to do (post-save work included)."""
+        self._ended.set()
         self._done.set()
+
+    def wait_ended(self, timeout: float) -> bool:
+        """Sleep up to `timeout`, waking as soon as the answer is saved or given up (a following page's nap)."""
+        return self._ended.wait(timeout)
 
     def wait(self, timeout: float | None = None) -> bool:
         return self._done.wait(timeout)
+
+    @property
+    def given_up(self) -> bool:
+        """The worker ended without saving (DynamoDB refused past the save deadline, or a bug after the
+        stream): nothing will change this answer again; DynamoDB's pending turn is what pages show."""
+        return self._done.is_set() and self.saved is None

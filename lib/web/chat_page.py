@@ -215,6 +215,8 @@ class ChatPage(LiveTurns):
             live = self.hot.live(m.message_id)  # another replica is writing it
             hot, message_id = self.hot, m.message_id
             source = lambda: hot.live(message_id)  # noqa: E731 (a fresh snapshot per read)
+        if live is not None and live.given_up:
+            live = None  # its worker ended without saving: shown as DynamoDB has it, interrupted, with Retry
         if live is not None and live.saved is None:
             remote = self.generations.get(m.message_id) is None
             self.following.append(live_view.place(m, source, live, self.stop, remote=remote))  # see follow_live

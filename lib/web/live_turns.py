@@ -73,16 +73,22 @@ class LiveTurns:
             return
         hot, view, store, user = self.hot, self.view, self.store, self.me.user_id
         open_id = view.open_id
-        live_view.watch_changes(lambda: hot.version(user, open_id), view.version,
+        live_view.watch_changes(lambda: hot.version(user, open_id), lambda: view.version,
                                 lambda: view.navigate(store, open_id, hot))
 
     def orphaned(self, m) -> bool:
-        """A pending turn no worker is writing, on the local backend without the hot tier: only this process can
-        serve that database, so its worker died with an earlier run of the app. It is interrupted now, not
-        after CHAT_PENDING_TIMEOUT_S (which exists for replicas that cannot see each other's workers)."""
+        """A pending turn no worker will save. Its worker gave up (DynamoDB refused the save past the deadline),
+        or, on the local backend without the hot tier, no worker of this process is writing it: only this
+        process can serve that database, so its worker died with an earlier run of the app. Either is shown
+        interrupted now, not after CHAT_PENDING_TIMEOUT_S (which exists for replicas that cannot see each
+        other's workers)."""
+        if m.status != PENDING:
+            return False
+        live = self.generations.get(m.message_id)
+        if live is not None:
+            return live.given_up
         # The grace covers the moment between a page's commit and its worker's start (context assembly).
-        return (m.status == PENDING and self.hot is None and self.svc.database.local
-                and self.generations.get(m.message_id) is None and m.is_stale(ORPHAN_GRACE_S))
+        return self.hot is None and self.svc.database.local and m.is_stale(ORPHAN_GRACE_S)
 
     def writing_here(self) -> bool:
         """True while an answer in the open chat is still coming (here, in another tab, or another process)."""
@@ -92,7 +98,7 @@ class LiveTurns:
             live = self.generations.get(m.message_id)
             if live is None and self.hot is not None:
                 live = self.hot.live(m.message_id)
-            if live is not None and live.saved is None:
+            if live is not None and live.saved is None and not live.given_up:
                 return True
             if live is None and not m.is_stale(self.settings.pending_timeout_s) and not self.orphaned(m):
                 return True

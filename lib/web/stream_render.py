@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import functools
 import time
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 
 from lib.web.markdown_blocks import CODE, PLAIN, Block, block_of, scan, split
 from lib.web.render import safe_markdown
 
 MIN_REDRAW_S, MAX_REDRAW_S = 0.25, 1.0  # at most four redraws a second, at least one
 RATE_FLOOR = 100  # characters a second: a slow model's pace, assumed until the real one is measured
-YIELD_S = 0.1  # how often the script gives Streamlit a chance to stop it
 
 
 def draw(target: Any, block: Block) -> None:
@@ -67,57 +66,52 @@ class BlockRenderer:
 class PacedRenderer:
     """A BlockRenderer fed chunk by chunk, redrawing at most a few times a second whatever the chunk rate.
 
-    Several can share one script run (two answers followed at once); `add` says whether it drew, so the
-    caller knows when the run still owes Streamlit a call (see `stream_markdown`)."""
+    A chunk costs an append to a list until the next redraw joins them. Several can share one script run
+    (two answers followed at once); `add` says whether it drew, so the caller knows when the run still owes
+    Streamlit a call (lib.web.live_view.follow)."""
 
     def __init__(self, container: Any, *, clock: Callable[[], float] = time.monotonic):
         self._renderer = BlockRenderer(container)
         self._clock = clock
-        self.text = ""
-        self._drawn = 0  # len(text) at the last redraw: nothing new, nothing re-sent
+        self._parts: list[str] = []
+        self._length = 0
+        self._drawn = 0  # the length at the last redraw: nothing new, nothing re-sent
         self._started: float | None = None
         self._first = 0  # the first chunk's length: a tab that joins mid-answer starts with a large one
         self._redraw_at = 0.0
 
+    @property
+    def text(self) -> str:
+        if len(self._parts) > 1:
+            self._parts = ["".join(self._parts)]
+        return self._parts[0] if self._parts else ""
+
+    def __len__(self) -> int:
+        return self._length
+
     def add(self, chunk: str, now: float | None = None) -> bool:
-        self.text += chunk  # one reference: CPython extends the string in place
+        if chunk:
+            self._parts.append(chunk)
+            self._length += len(chunk)
         now = self._clock() if now is None else now
         if self._started is None:
             self._started = now
-            self._first = len(self.text)
-        if now < self._redraw_at or len(self.text) == self._drawn:
+            self._first = self._length
+        if now < self._redraw_at or self._length == self._drawn:
             return False
         self._renderer.update(self.text)
-        self._drawn = len(self.text)
+        self._drawn = self._length
         # Redrawing the open block re-sends it: wait long enough that the re-sent bytes stay within
         # twice the rate the text arrives at (a long paragraph is redrawn less often).
-        rate = max((len(self.text) - self._first) / max(now - self._started, MIN_REDRAW_S), RATE_FLOOR)
+        rate = max((self._length - self._first) / max(now - self._started, MIN_REDRAW_S), RATE_FLOOR)
         self._redraw_at = now + min(max(self._renderer.open_chars / (2 * rate), MIN_REDRAW_S), MAX_REDRAW_S)
         return True
 
     def finish(self, text: str | None = None) -> None:
         """The final draw: the open block as a finished one (`text`, if given, extends what was added)."""
         if text is not None:
-            self.text = text
+            self._parts, self._length = [text], len(text)
         self._renderer.update(self.text, done=True)
-
-
-def stream_markdown(container: Any, chunks: Iterable[str], *, clock: Callable[[], float] = time.monotonic) -> str:
-    """Draw chunks as they arrive, coalesced; returns the text. A chunk costs an append until the next redraw."""
-    # Streamlit stops a script (a click elsewhere, a closed tab) only at its next st call: an empty
-    # placeholder refreshed ten times a second (a few bytes) keeps that prompt between sparse redraws.
-    beat = container.empty()
-    paced = PacedRenderer(container, clock=clock)
-    beat_at = clock()
-    for chunk in chunks:
-        now = clock()
-        if paced.add(chunk, now):
-            beat_at = now + YIELD_S
-        elif now >= beat_at:
-            beat.empty()
-            beat_at = now + YIELD_S
-    paced.finish()
-    return paced.text
 
 
 @functools.lru_cache(maxsize=256)

@@ -6,8 +6,8 @@
 For each size a data folder is filled through `python -m lib.admin import-table` (the supported bulk path):
 ten users (the dev user among them, so a tenth of the chats are the measured user's) with chats of 10 turns,
 cloned from template chats the real store wrote on an in-memory server (real demo-model answers). Then, per
-size, `streamlit run app.py` on that folder (demo model, no delay; Streamlit's defaults, so its
-`gc.collect(2)` after every script run is in), and the other users' traffic since start-up is simulated:
+size, `streamlit run app.py` on that folder (demo model, no delay; the repository's .streamlit/config.toml,
+as the README's run command and the Dockerfile use it), and the other users' traffic since start-up is simulated:
 one Query per partition, straight to the app's embedded server, so its memory holds what a busy server
 would. Three runs, sizes interleaved, each in a fresh browser session: open a chat from the sidebar, send a
 follow-up, New chat. Then one chat of 500 turns (the smallest folder), sent one by one in one browser

@@ -252,3 +252,47 @@ def test_partitions_beyond_the_cache_bound_reload_from_disk_unchanged(tmp_path, 
             == {u: ["VEC#0", "VEC#1"] for u in ("a", "b", "c")}
     finally:
         server.stop()
+
+
+@pytest.mark.parametrize("folder", [False, True], ids=["in-memory", "data-folder"])
+def test_searches_between_puts_overwrites_and_deletes_match_a_brute_force_ranking(tmp_path, no_backoff_sleep,
+                                                                                  folder):
+    """The search matrix and filter columns are updated row by row, not rebuilt per write: after any mix of writes
+    (searches in between, so both exist when the writes land) a search equals ranking what the table holds now."""
+    from lib.embedded import vectors
+
+    rng = np.random.default_rng(7)
+    server = LocalDynamo(tmp_path / "data" if folder else None).start()
+    try:
+        client = local_client(server)
+        table = f"churn-{uuid.uuid4().hex[:8]}"
+        create_table(client, table, wait=False, vector_dimensions=DIMS)
+        held: dict[str, tuple[np.ndarray, str]] = {}  # sk -> (vector as stored, kind), as the table holds them
+        for step in range(400):
+            sk = f"VEC#{int(rng.integers(40)):02d}"
+            if rng.random() < 0.3:
+                client.delete_item(TableName=table, Key={"pk": {"S": "USER#a"}, "sk": {"S": sk}})
+                held.pop(sk, None)
+            else:
+                vector, kind = rng.normal(size=DIMS).astype(np.float32), str(rng.choice(["turn", "memory"]))
+                client.put_item(TableName=table, Item=item("a", sk, tuple(float(x) for x in vector), kind=kind))
+                held[sk] = (vector, kind)
+            if step % 7:
+                continue
+            query = rng.normal(size=DIMS)
+            for kind in (None, "memory"):
+                params = {} if kind is None else {"condition": "user_id = :u AND kind = :k",
+                                                  "values": {":k": {"S": kind}}}
+                answer = search(client, table, "a", tuple(query), top_k=10, **params)
+                q = query.astype(np.float32).astype(np.float64)
+                expected = sorted((1 - float(v.astype(np.float64) @ q) / (np.linalg.norm(v.astype(np.float64))
+                                                                           * np.linalg.norm(q)), s)
+                                  for s, (v, k) in held.items() if kind in (None, k))[:10]
+                assert sks(answer) == [s for _, s in expected], step
+                assert [r["Score"] for r in answer["SearchResults"]] == pytest.approx([d for d, _ in expected],
+                                                                                       abs=1e-5)
+        part = next(p for k, p in vectors.STATE._cache.items() if k[0] == table and k[2] == "a")
+        rows, live = len(part.matrix(DIMS)[0]), len(part.entries)
+        assert live == len(held) and rows <= 2 * live + 2 * part._FIRST  # dead rows are squeezed out
+    finally:
+        server.stop()

@@ -70,6 +70,50 @@ class TestLiveAcrossReplicas:
         # paused after the failure, so the page's next calls skip Redis instead of waiting on it
         assert hot._paused_until > time.monotonic()
 
+    def test_redis_refusing_writes_at_the_save_the_saved_turn_reaches_other_replicas_when_it_is_back(
+            self, store, redis_server, monkeypatch):
+        """A blip exactly when the worker publishes the save: without the retry, a tab on another replica would
+        show "Writing…" until the copy expired (the pending timeout), though DynamoDB has the turn."""
+        import threading
+
+        import redis
+
+        from lib.hot import tier as tier_module
+
+        monkeypatch.setattr(tier_module, "PAUSE_S", 0.3)
+        held, calls = threading.Event(), []
+
+        def sleep(seconds):  # the demo model's pacing: the answer waits after its fifth chunk until released
+            calls.append(seconds)
+            if len(calls) == 5:
+                held.wait(10)
+
+        writer = Generations(hot=tier(redis_server))
+        reader = tier(redis_server)
+        live = writer.start(turn_for(store, DemoModel(delay_s=0.001, sleep=sleep)))
+        wait_for(lambda: reader.live(live.message_id) is not None and reader.live(live.message_id).text)
+        before = reader.version(USER, live.session_id)
+        redis.Redis.from_url(redis_server.url).execute_command("CLIENT", "PAUSE", "1500", "WRITE")
+        held.set()
+        assert live.wait(20) and live.saved.status == DONE
+        assert live.hot_version is None  # the worker's own publish failed (timed out on the paused server)
+        assert reader.live(live.message_id).saved is None  # what a follower sees during the blip
+        wait_for(lambda: reader.live(live.message_id).saved is not None)
+        remote = reader.live(live.message_id)
+        assert remote.saved == live.saved and remote.text == live.text
+        assert reader.version(USER, live.session_id) != before  # other tabs of the chat reload it too
+
+    def test_a_late_save_never_overwrites_a_retry_that_began_meanwhile(self, store, redis_server):
+        hot = tier(redis_server)
+        first = Generations(hot=hot).start(turn_for(store, DemoModel(delay_s=0)))
+        assert first.wait(20)
+        again = type(first)(first.user_id, first.session_id, first.message_id)  # a Retry: same message id
+        hot.begin(again)
+        assert hot._write_saved(hot.client, first, first.saved) is False  # the first run's late write, as the
+        # background retry makes it
+        copy = hot.live(first.message_id)
+        assert copy.saved is None and copy.status == again.status and copy.text == ""
+
     def test_a_flush_mid_answer_is_repaired_by_the_next_write(self, store, redis_server):
         import redis
 

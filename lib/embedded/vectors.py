@@ -93,38 +93,99 @@ class IndexDef:
 
 
 class _Partition:
-    """The entries of one HASH value of one index, with the matrix searches use."""
+    """The entries of one HASH value of one index, with the matrix searches use, kept up to date row by row.
+
+    A send writes one turn and then searches: rebuilding the matrix (and a JSON text per filter value) after
+    every write made each send O(the user's vectors). Instead a put appends a row (or overwrites its own row)
+    and a drop marks its row dead; dead rows are squeezed out once they are half the matrix.
+
+    Invariant: the live rows, in row order, are `entries` in dict order (a dict keeps a replaced key's place, and
+    an overwritten row keeps its place too), so "ties: insertion order" means row order.
+    """
+
+    _FIRST = 16  # rows allocated for a new partition; doubled when full (amortized O(1) per put)
 
     def __init__(self) -> None:
-        self.entries: dict[tuple[str, str], tuple[dict, np.ndarray, str]] = {}
-        self._matrix: tuple[list, np.ndarray] | None = None
-        self._columns: dict[str, np.ndarray] = {}  # inline filter attribute -> its values, in matrix order
+        self.entries: dict[tuple[str, str], tuple[dict, str]] = {}  # key -> (inline filters, projected item JSON)
+        self._row: dict[tuple[str, str], int] = {}  # key -> its row
+        self._keys: list[tuple[str, str] | None] = []  # row -> key; None once dropped
+        self._vectors: np.ndarray | None = None  # (capacity, dimensions) float32; rows past len(_keys) unused
+        self._norms = np.zeros(0, np.float32)
+        self._live = np.zeros(0, bool)
+        self._columns: dict[str, np.ndarray] = {}  # inline filter attribute -> each row's value as JSON text
+        self._dead = 0
 
     def put(self, key: tuple[str, str], filters: dict, vector: np.ndarray, item: str) -> None:
-        self.entries[key] = (filters, vector, item)
-        self._matrix, self._columns = None, {}
+        self.entries[key] = (filters, item)  # the vector lives only in its matrix row (one copy in memory)
+        row = self._row.get(key)
+        if row is None:
+            row = len(self._keys)
+            self._grow(row + 1, len(vector))
+            self._keys.append(key)
+            self._row[key] = row
+        self._vectors[row] = vector
+        self._norms[row] = np.linalg.norm(vector)
+        self._live[row] = True
+        for name, column in self._columns.items():
+            column[row] = _filter_text(filters.get(name))
 
     def drop(self, key: tuple[str, str]) -> None:
-        if self.entries.pop(key, None) is not None:
-            self._matrix, self._columns = None, {}
+        if self.entries.pop(key, None) is None:
+            return
+        row = self._row.pop(key)
+        self._keys[row] = None
+        self._live[row] = False
+        self._dead += 1
+        if self._dead > max(self._FIRST, len(self._keys) // 2):
+            self._compact()
 
-    def mask(self, keys: list, filters: dict) -> np.ndarray:
-        """Rows whose inline filter attributes equal `filters` (a numpy column per attribute, built once)."""
-        rows = np.ones(len(keys), dtype=bool)
+    def _grow(self, rows: int, dimensions: int) -> None:
+        capacity = 0 if self._vectors is None else len(self._vectors)
+        if rows <= capacity:
+            return
+        size = max(self._FIRST, 2 * capacity)
+        vectors = np.zeros((size, dimensions), np.float32)
+        norms, live = np.zeros(size, np.float32), np.zeros(size, bool)
+        if capacity:
+            vectors[:capacity], norms[:capacity], live[:capacity] = self._vectors, self._norms, self._live
+        self._vectors, self._norms, self._live = vectors, norms, live
+        for name, column in self._columns.items():
+            grown = np.full(size, _filter_text(None), dtype=object)
+            grown[:capacity] = column
+            self._columns[name] = grown
+
+    def _compact(self) -> None:
+        """Rebuild from `entries` (same order as the live rows) without the dead rows."""
+        entries, rows, vectors, names = self.entries, self._row, self._vectors, list(self._columns)
+        self.__init__()  # type: ignore[misc]
+        self._columns = {name: np.zeros(0, dtype=object) for name in names}
+        for key, (filters, item) in entries.items():
+            self.put(key, filters, vectors[rows[key]], item)
+
+    def mask(self, filters: dict) -> np.ndarray:
+        """Live rows whose inline filter attributes equal `filters` (a column per attribute, built on first use)."""
+        rows = self._live[:len(self._keys)].copy()
         for name, value in filters.items():
             if name not in self._columns:
-                self._columns[name] = np.array([json.dumps(self.entries[k][0].get(name), sort_keys=True)
-                                                for k in keys], dtype=object)
-            rows &= self._columns[name] == json.dumps(value, sort_keys=True)
+                column = np.full(len(self._live), _filter_text(None), dtype=object)
+                for key, row in self._row.items():
+                    column[row] = _filter_text(self.entries[key][0].get(name))
+                self._columns[name] = column
+            rows &= self._columns[name][:len(self._keys)] == _filter_text(value)
         return rows
 
     def matrix(self, dimensions: int) -> tuple[list, np.ndarray, np.ndarray]:
-        """(keys, vectors as one float32 matrix, their norms), rebuilt only after a change."""
-        if self._matrix is None:
-            keys = list(self.entries)
-            stacked = np.stack([self.entries[k][1] for k in keys]) if keys else np.zeros((0, dimensions), np.float32)
-            self._matrix = (keys, stacked, np.linalg.norm(stacked, axis=1))
-        return self._matrix
+        """(row -> key, None for a dead row; the vectors as one float32 matrix; their norms): views, no copy.
+        A dead row's vector is stale: callers rank only the rows `mask` keeps."""
+        if self._vectors is None:
+            return [], np.zeros((0, dimensions), np.float32), np.zeros(0, np.float32)
+        rows = len(self._keys)
+        return self._keys, self._vectors[:rows], self._norms[:rows]
+
+
+def _filter_text(value: Any) -> str:
+    """An attribute value as comparable text (the same value always gives the same text; absent is "null")."""
+    return json.dumps(value, sort_keys=True)
 
 
 class VectorState:
@@ -410,8 +471,7 @@ class VectorState:
         keys, matrix, norms = part.matrix(index.dimensions)
         found = scores(index.distance, matrix, norms, query)
         rank = -found if index.distance == "DOT_PRODUCT" else found.copy()  # smaller is better
-        if filters:
-            rank[~part.mask(keys, filters)] = np.inf
+        rank[~part.mask(filters)] = np.inf  # dead rows, and rows the inline filters leave out
         candidates = np.flatnonzero(np.isfinite(rank))
         if len(candidates) > top_k:
             candidates = candidates[np.argpartition(rank[candidates], top_k - 1)[:top_k]]
@@ -419,12 +479,11 @@ class VectorState:
         wanted = projection(request)
         results, size = [], 0
         for i in order:
-            filters_, vector, item_text = part.entries[keys[i]]
-            item = json.loads(item_text)
+            item = json.loads(part.entries[keys[i]][1])
             if wanted is not None:
                 item = {k: v for k, v in item.items() if k in wanted}
                 if index.vector_attr in wanted:
-                    item[index.vector_attr] = {"L": [{"N": repr(float(x))} for x in vector]}
+                    item[index.vector_attr] = {"L": [{"N": repr(float(x))} for x in matrix[i]]}
             size += item_size(item)
             results.append({"Item": item, "Score": float(found[i])})
         answer: dict[str, Any] = {"SearchResults": results}

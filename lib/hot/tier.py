@@ -3,7 +3,8 @@
     {prefix}live:{message_id}:text     the answer so far (APPENDed by the worker, at most 4 writes a second)
     {prefix}live:{message_id}          hash: user, session, status (streaming | saving | saved), saved (the turn
                                        as DynamoDB has it, JSON), save_error, stop (a Stop from another replica),
-                                       watched (when a page last showed it, epoch seconds)
+                                       watched (when a page last showed it, epoch seconds), attempt (which
+                                       run of the message wrote it: a Retry reuses the message id)
     {prefix}ver:{user}:{session}       the chat's change counter: INCR after every write to it
     {prefix}view:{user}:{session}      the chat's first page (JSON) and the counter value it was read at
 
@@ -14,6 +15,7 @@ without Redis (DynamoDB alone). Nothing here is ever the only copy of anything.
 """
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -28,6 +30,18 @@ TIMEOUT_S = 0.5  # connect and read deadline of every Redis call
 PAUSE_S = 5.0  # after a failure, Redis is not asked again for this long (the page must not wait on it per call)
 MAX_VIEW_BYTES = 1_000_000  # a chat's first page larger than this is not cached (it is read from DynamoDB)
 _SENT = "_hot_sent"  # on a LiveAnswer: how many characters of its text the worker has put in Redis
+_ATTEMPT = "_hot_attempt"  # on a LiveAnswer: the id of its run, written with its copy
+# The saved state, unless a newer attempt of the message (a Retry) owns the copy. A missing copy (expired,
+# flushed) is written: a follower then finishes instead of rereading DynamoDB.
+_SAVED_SCRIPT = """
+local current = redis.call('HGET', KEYS[1], 'attempt')
+if current and current ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[2], ARGV[2], 'EX', ARGV[3])
+redis.call('HSET', KEYS[1], 'user', ARGV[4], 'session', ARGV[5], 'status', ARGV[6], 'saved', ARGV[7],
+           'save_error', '', 'attempt', ARGV[1])
+redis.call('EXPIRE', KEYS[1], ARGV[3])
+return 1
+"""
 
 
 @dataclass
@@ -82,13 +96,14 @@ class HotTier:
     # --- the worker's side --------------------------------------------------------------------------
     def begin(self, live: LiveAnswer) -> None:
         setattr(live, _SENT, 0)
+        setattr(live, _ATTEMPT, uuid.uuid4().hex)
         key = self._key("live", live.message_id)
 
         def work(r):
             with r.pipeline(transaction=False) as p:
                 p.delete(key)  # a Retry reuses the message id: the last attempt's saved turn and Stop must go
                 p.hset(key, mapping={"user": live.user_id, "session": live.session_id, "status": live.status,
-                                     "watched": time.time()})
+                                     "watched": time.time(), "attempt": getattr(live, _ATTEMPT)})
                 p.expire(key, self.ttl)
                 p.set(key + ":text", "", ex=self.ttl)
                 p.execute()
@@ -123,18 +138,42 @@ class HotTier:
         if watched and time.time() - float(watched) < 2.0:
             live.watched()  # a page on another replica showed it just now
 
-    def saved(self, live: LiveAnswer, message: Message) -> None:
-        """The turn is saved: the whole text, the saved item and the status (the worker then bumps the chat)."""
-        key = self._key("live", live.message_id)
+    def saved(self, live: LiveAnswer, message: Message) -> int | None:
+        """The turn is saved: the whole text, the saved item and the status, then the chat's counter moves (its
+        new value, or None if Redis failed). Two round trips.
 
-        def work(r):
-            with r.pipeline(transaction=False) as p:
-                p.set(key + ":text", live.text, ex=self.ttl)
-                p.hset(key, mapping={"user": live.user_id, "session": live.session_id, "status": SAVED,
-                                     "saved": message_json(message), "save_error": ""})
-                p.expire(key, self.ttl)
-                p.execute()
-        self._call("saved", work)
+        If Redis fails here, pages on other replicas following the copy would show "Writing…" until it expires
+        (the pending timeout), though the turn is in DynamoDB. So it is tried again in the background every
+        PAUSE_S until it lands or the copy would have expired; a Retry of the message that began meanwhile owns
+        the copy, and the late write then leaves it alone (`attempt`)."""
+        if self._call("saved", lambda r: self._write_saved(r, live, message)):
+            return self.bump(live.user_id, live.session_id)
+        self._saved_later(live, message, time.monotonic() + self.ttl)
+        return None
+
+    def _write_saved(self, r: Any, live: LiveAnswer, message: Message) -> bool:
+        """One atomic script: False, writing nothing, if another attempt's copy is there. (Not WATCH/MULTI:
+        redis-py turns a timeout while watching into a WatchError, which its transaction helper retries
+        without end, and a page's `watched` write would count as a conflict.)"""
+        key = self._key("live", live.message_id)
+        return bool(r.eval(_SAVED_SCRIPT, 2, key, key + ":text", getattr(live, _ATTEMPT, ""), live.text, self.ttl,
+                           live.user_id, live.session_id, SAVED, message_json(message)))
+
+    def _saved_later(self, live: LiveAnswer, message: Message, until: float) -> None:
+        def retry() -> None:
+            if self._clock() >= self._paused_until:
+                written = self._call("saved", lambda r: self._write_saved(r, live, message))
+                if written is not None:  # landed, or a newer attempt owns the copy: either way done
+                    if written:
+                        self.bump(live.user_id, live.session_id)
+                        logs.event("hot_tier_saved_late", message_id=live.message_id)
+                    return
+            if time.monotonic() < until:
+                self._saved_later(live, message, until)
+
+        timer = threading.Timer(PAUSE_S, retry)
+        timer.daemon = True
+        timer.start()
 
     # --- the page's side ----------------------------------------------------------------------------
     def live(self, message_id: str) -> RemoteLive | None:

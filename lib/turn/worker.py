@@ -117,8 +117,7 @@ class Generations:
                 if title is not None and saved.status == DONE:
                     live.renamed = quietly("title", lambda: title(turn))
                 if self.hot is not None:  # before the tabs of this process see it: they adopt hot_version
-                    self.hot.saved(live, saved)
-                    live.hot_version = self.hot.bump(live.user_id, live.session_id)
+                    live.hot_version = self.hot.saved(live, saved)
                 live.finish(saved)
                 if after_save is not None:
                     quietly("after_save", lambda: after_save(saved, live))

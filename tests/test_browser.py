@@ -149,6 +149,12 @@ def test_stop_keeps_what_arrived_as_stopped_then_retry_answers(app_url, page):
     page.screenshot(path=str(ARTIFACTS / "chat-stopped.png"))
     assert page.get_by_text("out tokens").count() == 0
     page.get_by_role("button", name="Retry").click()
+    page.get_by_role("button", name="Stop").wait_for(timeout=60_000)  # the retry is being written
+    page.wait_for_timeout(1_000)
+    # The failed answer is gone at once: not left under the new one, faded, until the retry is saved
+    assert page.get_by_text("Stopped before the answer was complete.").count() == 0
+    assert page.get_by_role("button", name="Retry").count() == 0
+    assert page.get_by_role("button", name="Stop").count() == 1
     page.get_by_text("out tokens").first.wait_for(timeout=90_000)
     assert page.get_by_text("Stopped before the answer was complete.").count() == 0
 

@@ -267,15 +267,18 @@ def test_searches_between_puts_overwrites_and_deletes_match_a_brute_force_rankin
         client = local_client(server)
         table = f"churn-{uuid.uuid4().hex[:8]}"
         create_table(client, table, wait=False, vector_dimensions=DIMS)
-        held: dict[str, tuple[np.ndarray, str]] = {}  # sk -> (vector as stored, kind), as the table holds them
+        held: dict[str, tuple[np.ndarray, str]] = {}  # sk -> (vector as stored, kind), in write order
+        tie = rng.normal(size=DIMS).astype(np.float32)
         for step in range(400):
             sk = f"VEC#{int(rng.integers(40)):02d}"
             if rng.random() < 0.3:
                 client.delete_item(TableName=table, Key={"pk": {"S": "USER#a"}, "sk": {"S": sk}})
                 held.pop(sk, None)
-            else:
-                vector, kind = rng.normal(size=DIMS).astype(np.float32), str(rng.choice(["turn", "memory"]))
+            else:  # a fifth of the puts share one vector: equal scores rank in write order
+                vector = tie if rng.random() < 0.2 else rng.normal(size=DIMS).astype(np.float32)
+                kind = str(rng.choice(["turn", "memory"]))
                 client.put_item(TableName=table, Item=item("a", sk, tuple(float(x) for x in vector), kind=kind))
+                held.pop(sk, None)  # a rewrite is a new write: it ranks after the items written before it
                 held[sk] = (vector, kind)
             if step % 7:
                 continue
@@ -286,10 +289,10 @@ def test_searches_between_puts_overwrites_and_deletes_match_a_brute_force_rankin
                 answer = search(client, table, "a", tuple(query), top_k=10, **params)
                 q = query.astype(np.float32).astype(np.float64)
                 expected = sorted((1 - float(v.astype(np.float64) @ q) / (np.linalg.norm(v.astype(np.float64))
-                                                                           * np.linalg.norm(q)), s)
-                                  for s, (v, k) in held.items() if kind in (None, k))[:10]
-                assert sks(answer) == [s for _, s in expected], step
-                assert [r["Score"] for r in answer["SearchResults"]] == pytest.approx([d for d, _ in expected],
+                                                                           * np.linalg.norm(q)), order, s)
+                                  for order, (s, (v, k)) in enumerate(held.items()) if kind in (None, k))[:10]
+                assert sks(answer) == [s for _, _, s in expected], step
+                assert [r["Score"] for r in answer["SearchResults"]] == pytest.approx([d for d, _, _ in expected],
                                                                                        abs=1e-5)
         part = next(p for k, p in vectors.STATE._cache.items() if k[0] == table and k[2] == "a")
         rows, live = len(part.matrix(DIMS)[0]), len(part.entries)

@@ -59,7 +59,7 @@ class TestLiveAcrossReplicas:
         assert reader.live(live.message_id).saved.status == DONE
 
     def test_redis_killed_mid_answer_the_answer_still_completes_and_is_saved(self, store, redis_server, caplog):
-        hot = tier(redis_server)
+        hot = tier(redis_server, ttl_s=1)  # its late save gives up within seconds, not at the default 300 s
         writer = Generations(hot=hot)
         live = writer.start(turn_for(store, DemoModel(delay_s=0.02)))
         wait_for(lambda: live.chunks >= 5)
@@ -93,7 +93,7 @@ class TestLiveAcrossReplicas:
         live = writer.start(turn_for(store, DemoModel(delay_s=0.001, sleep=sleep)))
         wait_for(lambda: reader.live(live.message_id) is not None and reader.live(live.message_id).text)
         before = reader.version(USER, live.session_id)
-        redis.Redis.from_url(redis_server.url).execute_command("CLIENT", "PAUSE", "1500", "WRITE")
+        redis.Redis.from_url(redis_server.url).execute_command("CLIENT", "PAUSE", "3000", "WRITE")
         held.set()
         assert live.wait(20) and live.saved.status == DONE
         assert live.hot_version is None  # the worker's own publish failed (timed out on the paused server)
@@ -113,6 +113,56 @@ class TestLiveAcrossReplicas:
         # background retry makes it
         copy = hot.live(first.message_id)
         assert copy.saved is None and copy.status == again.status and copy.text == ""
+
+    def test_a_retry_here_cancels_the_last_attempts_late_save(self, store, redis_server, monkeypatch):
+        from lib.hot import tier as tier_module
+        from lib.turn.live import LiveAnswer
+
+        monkeypatch.setattr(tier_module, "PAUSE_S", 0.3)
+        hot = tier(redis_server)
+        first = Generations(hot=hot).start(turn_for(store, DemoModel(delay_s=0.02)))
+        wait_for(lambda: first.chunks >= 5)
+        redis_server.kill()
+        assert first.wait(20) and first.saved.status == DONE and first.hot_version is None  # its save waits
+        hot.begin(LiveAnswer(first.user_id, first.session_id, first.message_id))  # Retry, Redis still down
+        redis_server.start()  # back, empty: the late save would write the first attempt's turn into it
+        time.sleep(1.0)  # three rounds of the late-save thread
+        assert tier(redis_server).live(first.message_id) is None
+
+    def test_an_attempt_whose_begin_never_reached_redis_claims_the_copy_at_its_first_progress(
+            self, store, redis_server, monkeypatch):
+        import redis
+
+        from lib.hot import tier as tier_module
+        from lib.turn.live import LiveAnswer
+
+        monkeypatch.setattr(tier_module, "PAUSE_S", 0.3)
+        hot, reader = tier(redis_server), tier(redis_server)
+        first = Generations(hot=hot).start(turn_for(store, DemoModel(delay_s=0)))
+        assert first.wait(20) and reader.live(first.message_id).saved is not None
+        assert reader.request_stop(first.message_id, STOPPED)  # a Stop left on the first attempt's copy
+        again = LiveAnswer(first.user_id, first.session_id, first.message_id)  # a Retry
+        redis.Redis.from_url(redis_server.url).execute_command("CLIENT", "PAUSE", "700", "WRITE")
+        hot.begin(again)  # times out: the copy is still the first attempt's
+        assert reader.live(first.message_id).saved is not None
+        time.sleep(0.9)  # Redis writes again, and this process asks it again
+        again.append("the retry's text")
+        hot.progress(again)
+        copy = reader.live(first.message_id)
+        assert copy.saved is None and copy.text == "the retry's text" and not copy.stopping
+        assert not again.stopping  # the first attempt's Stop is not the retry's
+
+    def test_a_redis_that_refuses_scripts_still_gets_the_saved_turn(self, store, redis_server, caplog):
+        import redis
+
+        redis.Redis.from_url(redis_server.url).execute_command(
+            "ACL", "SETUSER", "noscripts", "on", "nopass", "~*", "&*", "+@all", "-@scripting")
+        hot = HotTier.connect(redis_server.url.replace("redis://", "redis://noscripts@"), prefix="chat:test:",
+                              ttl_s=300)
+        live = Generations(hot=hot).start(turn_for(store, DemoModel(delay_s=0)))
+        assert live.wait(20) and live.hot_version is not None
+        assert tier(redis_server).live(live.message_id).saved == live.saved
+        assert hot._paused_until == 0.0  # not taken for Redis being down
 
     def test_a_flush_mid_answer_is_repaired_by_the_next_write(self, store, redis_server):
         import redis

@@ -131,9 +131,15 @@ def test_two_answers_are_followed_at_once():
     one, two = followed(first), followed(second)
     text = long_answer(5_000)
     worker_one, worker_two = a_worker(first, text), a_worker(second, text, chars_per_s=1_000)
-    run([one, two], lambda now: (worker_one(now), worker_two(now)))
+    handed = []  # (which, when, whether the other answer was still being written)
+    clock = Clock(lambda now: (worker_one(now), worker_two(now)))
+    follow([one, two], ended=lambda f: handed.append((f, clock(), second.saved is None)), beat=Slot(),
+           clock=clock, sleep=clock.sleep)
     assert one.ended is first and two.ended is second
     assert one.body.shown() == two.body.shown()
+    # each is handed to the page (its footer drawn) as soon as it is saved, not when both are
+    assert [(f, waiting) for f, _, waiting in handed] == [(one, True), (two, False)]
+    assert handed[0][1] < len(text) / 1_000 <= handed[1][1]  # the first before the second could have ended
 
 
 def test_this_process_s_answer_is_read_every_tenth_of_a_second_the_hot_tier_s_every_poll():

@@ -155,12 +155,21 @@ class _Partition:
             self._columns[name] = grown
 
     def _compact(self) -> None:
-        """Rebuild from `entries` (same order as the live rows) without the dead rows."""
-        entries, rows, vectors, names = self.entries, self._row, self._vectors, list(self._columns)
-        self.__init__()  # type: ignore[misc]
-        self._columns = {name: np.zeros(0, dtype=object) for name in names}
-        for key, (filters, item) in entries.items():
-            self.put(key, filters, vectors[rows[key]], item)
+        """Squeeze out the dead rows, keeping the live ones in their order (`entries`' order)."""
+        keep = np.array([self._row[key] for key in self.entries], dtype=np.int64)
+        size = max(self._FIRST, 2 * len(keep))
+        vectors = np.zeros((size, self._vectors.shape[1]), np.float32)
+        vectors[:len(keep)] = self._vectors[keep]
+        norms, live = np.zeros(size, np.float32), np.zeros(size, bool)
+        norms[:len(keep)], live[:len(keep)] = self._norms[keep], True
+        for name, column in self._columns.items():
+            squeezed = np.full(size, _filter_text(None), dtype=object)
+            squeezed[:len(keep)] = column[keep]
+            self._columns[name] = squeezed
+        self._vectors, self._norms, self._live = vectors, norms, live
+        self._keys = list(self.entries)
+        self._row = {key: row for row, key in enumerate(self._keys)}
+        self._dead = 0
 
     def mask(self, filters: dict) -> np.ndarray:
         """Live rows whose inline filter attributes equal `filters` (a column per attribute, built on first use)."""
@@ -473,9 +482,10 @@ class VectorState:
         rank = -found if index.distance == "DOT_PRODUCT" else found.copy()  # smaller is better
         rank[~part.mask(filters)] = np.inf  # dead rows, and rows the inline filters leave out
         candidates = np.flatnonzero(np.isfinite(rank))
-        if len(candidates) > top_k:
-            candidates = candidates[np.argpartition(rank[candidates], top_k - 1)[:top_k]]
-        order = candidates[np.lexsort((candidates, rank[candidates]))]  # ties: insertion order
+        if len(candidates) > top_k:  # every row as good as the k-th: which ties make the cut is decided below
+            kth = np.partition(rank[candidates], top_k - 1)[top_k - 1]
+            candidates = candidates[rank[candidates] <= kth]
+        order = candidates[np.lexsort((candidates, rank[candidates]))][:top_k]  # ties: insertion order
         wanted = projection(request)
         results, size = [], 0
         for i in order:

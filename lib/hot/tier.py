@@ -28,6 +28,7 @@ from lib.turn.live import SAVED, LiveAnswer
 
 TIMEOUT_S = 0.5  # connect and read deadline of every Redis call
 PAUSE_S = 5.0  # after a failure, Redis is not asked again for this long (the page must not wait on it per call)
+MAX_LATE = 1_000  # saved states waiting for Redis to come back (see HotTier.saved); beyond, the oldest expire
 MAX_VIEW_BYTES = 1_000_000  # a chat's first page larger than this is not cached (it is read from DynamoDB)
 _SENT = "_hot_sent"  # on a LiveAnswer: how many characters of its text the worker has put in Redis
 _ATTEMPT = "_hot_attempt"  # on a LiveAnswer: the id of its run, written with its copy
@@ -67,6 +68,10 @@ class HotTier:
         self.client, self.prefix, self.ttl = client, prefix, max(int(ttl_s), 1)
         self._clock = clock
         self._paused_until = 0.0
+        self._scripting = True  # until Redis refuses EVAL
+        self._late: dict[str, tuple[LiveAnswer, Message, float]] = {}  # saves Redis refused: message id -> ...
+        self._late_lock = threading.Lock()
+        self._late_thread: threading.Thread | None = None
 
     @classmethod
     def connect(cls, url: str, *, prefix: str, ttl_s: float) -> "HotTier":
@@ -97,17 +102,21 @@ class HotTier:
     def begin(self, live: LiveAnswer) -> None:
         setattr(live, _SENT, 0)
         setattr(live, _ATTEMPT, uuid.uuid4().hex)
-        key = self._key("live", live.message_id)
+        with self._late_lock:
+            self._late.pop(live.message_id, None)  # a Retry: the last attempt's late save must not land now
+        self._call("begin", lambda r: self._claim(r, live))
 
-        def work(r):
-            with r.pipeline(transaction=False) as p:
-                p.delete(key)  # a Retry reuses the message id: the last attempt's saved turn and Stop must go
-                p.hset(key, mapping={"user": live.user_id, "session": live.session_id, "status": live.status,
-                                     "watched": time.time(), "attempt": getattr(live, _ATTEMPT)})
-                p.expire(key, self.ttl)
-                p.set(key + ":text", "", ex=self.ttl)
-                p.execute()
-        self._call("begin", work)
+    def _claim(self, r: Any, live: LiveAnswer) -> None:
+        """Make the copy this attempt's: a Retry reuses the message id, so the last attempt's saved turn and Stop
+        must go. MULTI/EXEC, so the late-save script never runs between the DEL and the HSET."""
+        key = self._key("live", live.message_id)
+        with r.pipeline(transaction=True) as p:
+            p.delete(key)
+            p.hset(key, mapping={"user": live.user_id, "session": live.session_id, "status": live.status,
+                                 "watched": time.time(), "attempt": getattr(live, _ATTEMPT, "")})
+            p.expire(key, self.ttl)
+            p.set(key + ":text", live.text, ex=self.ttl)
+            p.execute()
 
     def progress(self, live: LiveAnswer) -> None:
         """Put the new text in Redis; take a Stop or a page's 'watched' from another replica back to the worker."""
@@ -119,13 +128,17 @@ class HotTier:
             with r.pipeline(transaction=False) as p:
                 p.append(key + ":text", text[sent:])
                 p.expire(key + ":text", self.ttl)
+                p.hget(key, "attempt")
                 p.hset(key, mapping={"status": live.status, "save_error": live.save_error or ""})
                 p.hmget(key, "stop", "watched")
-                length, _, _, (stop, watched) = p.execute()
-            if length != len(text):  # flushed or expired meanwhile: APPEND made a fragment; write it whole
+                length, _, owner, _, (stop, watched) = p.execute()
+            if owner != getattr(live, _ATTEMPT, None):
+                # begin() never reached Redis (it was down or paused) and the copy is the last attempt's, or
+                # the copy was flushed or expired: claim it, as begin() would have (its Stop is not this one's)
+                self._claim(r, live)
+                return None, None
+            if length != len(text):  # the text alone expired meanwhile: APPEND made a fragment; write it whole
                 r.set(key + ":text", text, ex=self.ttl)
-                r.hset(key, mapping={"user": live.user_id, "session": live.session_id, "status": live.status})
-                r.expire(key, self.ttl)
             return stop, watched
 
         result = self._call("progress", work)
@@ -143,37 +156,74 @@ class HotTier:
         new value, or None if Redis failed). Two round trips.
 
         If Redis fails here, pages on other replicas following the copy would show "Writing…" until it expires
-        (the pending timeout), though the turn is in DynamoDB. So it is tried again in the background every
-        PAUSE_S until it lands or the copy would have expired; a Retry of the message that began meanwhile owns
-        the copy, and the late write then leaves it alone (`attempt`)."""
-        if self._call("saved", lambda r: self._write_saved(r, live, message)):
+        (the pending timeout), though the turn is in DynamoDB. So it is written again in the background every
+        PAUSE_S (`_retry_late`) until it lands or the copy would have expired. A Retry of the message begun
+        meanwhile owns the copy: here it cancels the late write (`begin`), on another replica the script sees
+        its `attempt` and leaves the copy alone."""
+        written = self._call("saved", lambda r: self._write_saved(r, live, message))
+        if written:
             return self.bump(live.user_id, live.session_id)
-        self._saved_later(live, message, time.monotonic() + self.ttl)
+        if written is None:
+            self._saved_later(live, message)
         return None
 
     def _write_saved(self, r: Any, live: LiveAnswer, message: Message) -> bool:
         """One atomic script: False, writing nothing, if another attempt's copy is there. (Not WATCH/MULTI:
         redis-py turns a timeout while watching into a WatchError, which its transaction helper retries
-        without end, and a page's `watched` write would count as a conflict.)"""
+        without end, and a page's `watched` write would count as a conflict.) A Redis that refuses scripts
+        (an ACL without @scripting, a proxy without Lua) gets the same writes unguarded, as a pipeline."""
+        import redis
+
         key = self._key("live", live.message_id)
-        return bool(r.eval(_SAVED_SCRIPT, 2, key, key + ":text", getattr(live, _ATTEMPT, ""), live.text, self.ttl,
-                           live.user_id, live.session_id, SAVED, message_json(message)))
+        fields = {"user": live.user_id, "session": live.session_id, "status": SAVED, "saved": message_json(message),
+                  "save_error": "", "attempt": getattr(live, _ATTEMPT, "")}
+        if self._scripting:
+            try:
+                return bool(r.eval(_SAVED_SCRIPT, 2, key, key + ":text", fields["attempt"], live.text, self.ttl,
+                                   *[fields[k] for k in ("user", "session", "status", "saved")]))
+            except redis.ResponseError as exc:
+                if not any(w in str(exc).lower() for w in ("unknown command", "noperm", "no permission")):
+                    raise  # anything else (out of memory, busy) is a failure like any other: written later
+                logs.warning("hot_tier_no_scripting", error_class=type(exc).__name__)
+                self._scripting = False
+        with r.pipeline(transaction=True) as p:
+            p.set(key + ":text", live.text, ex=self.ttl)
+            p.hset(key, mapping=fields)
+            p.expire(key, self.ttl)
+            p.execute()
+        return True
 
-    def _saved_later(self, live: LiveAnswer, message: Message, until: float) -> None:
-        def retry() -> None:
-            if self._clock() >= self._paused_until:
-                written = self._call("saved", lambda r: self._write_saved(r, live, message))
-                if written is not None:  # landed, or a newer attempt owns the copy: either way done
-                    if written:
-                        self.bump(live.user_id, live.session_id)
-                        logs.event("hot_tier_saved_late", message_id=live.message_id)
+    def _saved_later(self, live: LiveAnswer, message: Message) -> None:
+        with self._late_lock:
+            self._late[live.message_id] = (live, message, time.monotonic() + self.ttl)
+            while len(self._late) > MAX_LATE:  # the oldest: their copies expire as they would have
+                self._late.pop(next(iter(self._late)))
+            if self._late_thread is None:
+                self._late_thread = threading.Thread(target=self._retry_late, name="hot-late-saves", daemon=True)
+                self._late_thread.start()
+
+    def _retry_late(self) -> None:
+        """One thread per process while saves wait for Redis: every PAUSE_S, write them while it answers."""
+        while True:
+            time.sleep(PAUSE_S)
+            with self._late_lock:
+                pending = list(self._late.items())
+                if not pending:
+                    self._late_thread = None
                     return
-            if time.monotonic() < until:
-                self._saved_later(live, message, until)
-
-        timer = threading.Timer(PAUSE_S, retry)
-        timer.daemon = True
-        timer.start()
+            for message_id, (live, message, until) in pending:
+                if time.monotonic() > until:  # the copy would have expired: followers have reread DynamoDB
+                    written = False
+                else:
+                    written = self._call("saved", lambda r: self._write_saved(r, live, message))
+                    if written is None:
+                        break  # Redis still fails (and is left alone for PAUSE_S)
+                with self._late_lock:
+                    if self._late.get(message_id, (None,))[0] is live:  # not replaced or cancelled meanwhile
+                        del self._late[message_id]
+                if written:
+                    self.bump(live.user_id, live.session_id)
+                    logs.event("hot_tier_saved_late", message_id=message_id)
 
     # --- the page's side ----------------------------------------------------------------------------
     def live(self, message_id: str) -> RemoteLive | None:

@@ -31,6 +31,7 @@ SUGGESTIONS = ["How should I design a DynamoDB table for chat history?",
 RENAME_POPOVER = "rename-popover"
 COMPOSER = "composer"
 SCROLL_TO = "scroll_to_turn"  # a turn a link pointed at, scrolled to on the next draw
+DRAWN_CHAT = "drawn_chat"  # the chat whose turns the last run drew (see turns)
 MAX_TURN_PAGES = 25  # pages of 20 turns paged back to find a linked turn
 _TURN_ID = re.compile(r"[0-9A-HJKMNP-TV-Z]{26}")  # a ULID
 TYPE_AHEAD = "type_ahead"  # set when a question was refused because this chat's answer is still coming
@@ -160,6 +161,14 @@ class ChatPage(LiveTurns):
             st.session_state["rename_error"] = str(exc)
 
     def turns(self) -> None:
+        # Another chat than the last run drew: a fresh block (see _turn), so the last chat's turns do not stay
+        # on the page, faded, while this one follows an answer still being written.
+        fresh = st.session_state.get(DRAWN_CHAT) != self.view.open_id
+        st.session_state[DRAWN_CHAT] = self.view.open_id
+        with st.empty().container() if fresh else st.container():
+            self._turns()
+
+    def _turns(self) -> None:
         view = self.view
         if st.session_state.get("summary_error"):
             st.error(st.session_state.pop("summary_error"), icon=":material/error:")
@@ -196,8 +205,16 @@ class ChatPage(LiveTurns):
     def _turn(self, m: Message) -> None:
         with st.chat_message("user"):
             turn_view.question(m)
-        with st.chat_message("assistant"):
-            self.answer(m)
+        # Streamlit keeps what the last run drew at a place until this run redraws it or ends, faded meanwhile,
+        # and a block redrawn at the same place inherits the old one's children. A run following a live answer
+        # lasts as long as the answer: after a Retry the failed answer, its warning and its Retry button would
+        # stay under the new one, faded, the whole time. An empty placeholder's fresh block starts with nothing.
+        if m.status == PENDING:
+            with st.empty().container(), st.chat_message("assistant"):
+                self.answer(m)
+        else:
+            with st.chat_message("assistant"):
+                self.answer(m)
 
     def _regenerate_summary(self) -> None:
         """Runs before the page (a model call, then 1 conditional PutItem); an error is shown on the page."""
@@ -210,15 +227,14 @@ class ChatPage(LiveTurns):
 
     def answer(self, m: Message) -> None:
         live = self.generations.get(m.message_id) if m.status == PENDING else None
-        source = (lambda: live) if live is not None else None
+        source, remote = (lambda: live), False
         if live is None and m.status == PENDING and self.hot is not None:
             live = self.hot.live(m.message_id)  # another replica is writing it
-            hot, message_id = self.hot, m.message_id
+            hot, message_id, remote = self.hot, m.message_id, True
             source = lambda: hot.live(message_id)  # noqa: E731 (a fresh snapshot per read)
         if live is not None and live.given_up:
             live = None  # its worker ended without saving: shown as DynamoDB has it, interrupted, with Retry
         if live is not None and live.saved is None:
-            remote = self.generations.get(m.message_id) is None
             self.following.append(live_view.place(m, source, live, self.stop, remote=remote))  # see follow_live
             return
         if live is not None:
@@ -246,19 +262,20 @@ class ChatPage(LiveTurns):
                 st.rerun()
 
     def follow_live(self) -> None:
-        """The page's last step: follow the answers still being written (lib.web.live_view), then finish each
-        in place, under what was drawn, so the page is not sent again. A rerun instead when the page around
-        it changed: a first turn's new title, an answer cut to fit its item, or the hot tier lost it."""
-        if not self.following:
-            return
-        live_view.follow(self.following)
-        self.sync_live()  # the loaded chat learns the saved turns (no request)
-        for followed in self.following:
-            ended = followed.ended
-            if followed.gone or not followed.in_place or getattr(ended, "renamed", None) is not None:
-                st.rerun()
-            with followed.status.container():
-                self._under_answer(ended.saved)
+        """The page's last step: follow the answers still being written (lib.web.live_view), finishing each
+        in place as it is saved, under what was drawn, so the page is not sent again. A rerun instead when
+        the page around it changed: a first turn's new title, an answer cut to fit its item, or the hot tier
+        lost it (the rerun follows any answer still being written)."""
+        if self.following:
+            live_view.follow(self.following, ended=self._finish)
+
+    def _finish(self, followed: live_view.Followed) -> None:
+        self.sync_live()  # the loaded chat learns the saved turn (no request)
+        ended = followed.ended
+        if followed.gone or not followed.in_place or getattr(ended, "renamed", None) is not None:
+            st.rerun()
+        with followed.status.container():
+            self._under_answer(ended.saved)
 
     def retry(self, m: Message) -> None:
         with ui.errors_shown():

@@ -76,9 +76,10 @@ def _status(f: Followed, live: Any, stop: Callable[[str], object] | None = None)
             st.caption("Writing… you can switch chats or close this tab: the answer keeps coming.")
 
 
-def follow(items: list[Followed], *, beat: Any = None, clock: Callable[[], float] = time.monotonic,
-           sleep: Callable[[float], None] = time.sleep) -> None:
-    """Follow every placed answer until each is saved or gone; the page then finishes them (`ended`).
+def follow(items: list[Followed], *, ended: Callable[[Followed], None] = lambda f: None, beat: Any = None,
+           clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> None:
+    """Follow every placed answer until each is saved or gone, handing each to `ended` as soon as it is
+    (the page finishes it there, while the others are still followed).
 
     Between reads the run makes a Streamlit call every YIELD_S (an empty placeholder, a few bytes): that
     is where Streamlit stops it for a click, so Stop and navigation answer within a tenth of a second."""
@@ -95,6 +96,7 @@ def follow(items: list[Followed], *, beat: Any = None, clock: Callable[[], float
                 drew |= _read(f)
                 if f.ended is not None or f.gone:
                     waiting.remove(f)
+                    ended(f)
         if not drew:
             beat.empty()
         if waiting:

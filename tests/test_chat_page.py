@@ -69,6 +69,22 @@ class TestLongChats:
         assert not at.exception
         assert user_turns(at) == [f"turn {i}" for i in range(5, 45)]
 
+    def test_a_summarised_chat_pages_back_in_sections_of_what_each_load_brought(self):
+        from lib.storage.records import Summary
+        from lib.storage.summaries import SummaryStore
+
+        session = a_chat_of(22)
+        turns = services().store.all_messages(DEV, session.session_id)
+        database = services().database
+        SummaryStore(database.client, database.table).put(DEV, Summary(session.session_id, "what came before", 0, turns[10].message_id, 11,
+                                              "extractive", "demo", turns[10].create_time), previous=None)
+        at = new_browser(session=session.session_id)
+        assert user_turns(at) == [f"turn {i}" for i in range(3, 22)]  # the summary took the read's 21st item
+        button(at, "Load earlier messages").click().run()
+        assert not at.exception
+        assert [e.label.split(" ·")[0] for e in at.expander] == ["Turns 1–3"]  # not "Turns 1–2" and turn 3 below
+        assert user_turns(at) == [f"turn {i}" for i in range(0, 22)]
+
     def test_context_notes_in_session_state_are_bounded(self):
         notes = ContextNotes(limit=3)
         for i in range(10):

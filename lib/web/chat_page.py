@@ -176,7 +176,7 @@ class ChatPage(LiveTurns):
             with ui.errors_shown():
                 view.load_earlier(self.store)
                 st.rerun()
-        pages, newest = turn_view.groups(view.messages)
+        pages, newest = turn_view.groups(view.messages, turn_view.PAGE_TURNS - (view.summary is not None))
         number = view.session.message_count - len(view.messages) + 1
         for index, page in enumerate(pages):
             target = st.session_state.get(SCROLL_TO) in {m.message_id for m in page}

@@ -64,10 +64,12 @@ def copy_control(m: Message) -> None:
         box.code(m.output_body, language="markdown", wrap_lines=True)
 
 
-def groups(messages: Sequence[Message]) -> tuple[list[list[Message]], list[Message]]:
-    """Older loaded turns in pages (oldest first), and the newest page."""
-    newest = list(messages[-PAGE_TURNS:])
-    older = list(messages[:-PAGE_TURNS]) if len(messages) > PAGE_TURNS else []
+def groups(messages: Sequence[Message], newest_size: int = PAGE_TURNS) -> tuple[list[list[Message]], list[Message]]:
+    """Older loaded turns in pages (oldest first), and the newest page of `newest_size` turns: the size of the
+    chat's first page as read (19 with a running summary, see ChatStore.open_session), so each older section
+    holds exactly what one 'Load earlier' brought in."""
+    newest = list(messages[-newest_size:])
+    older = list(messages[:-newest_size]) if len(messages) > newest_size else []
     pages: list[list[Message]] = []
     while older:
         pages.insert(0, older[-PAGE_TURNS:])

@@ -11,7 +11,7 @@ from urllib.parse import urlencode
 import streamlit as st
 
 from lib.search.hybrid import MAX_QUERY_CHARS, highlight, search_chats
-from lib.search.indexer import searchable_indexer
+from lib.search.indexer import readable_snippet, searchable_indexer
 from lib.storage import keys
 from lib.web import ui
 from lib.web.bootstrap import start_page
@@ -77,4 +77,4 @@ if query.strip():
             with st.container(border=True):
                 st.markdown(f"**[{plain_label(result.title or 'Untitled chat')}]({link})**")
                 st.caption(when(result.create_time))
-                st.markdown(marked(result.snippet, outcome.query))
+                st.markdown(marked(readable_snippet(result.snippet), outcome.query))

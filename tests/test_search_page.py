@@ -56,6 +56,19 @@ def test_a_result_has_its_title_date_highlighted_snippet_and_a_link_to_the_turn(
     assert any(c.value.endswith(moment[:4]) for c in at.caption)
 
 
+def test_a_snippet_shows_the_answers_words_not_its_markdown(svc):
+    answer = ("**General**, in three steps:\n\n| step | what to do |\n|---|---|\n| 1 | ask |\n\n_This is turn 3_ of "
+              "`our` chat, see [the docs](http://example.com/d). " + "More words follow here. " * 30)
+    chat(svc, DEV, "How should we deploy the invoicing service?", answer)
+    at = search_page("deploy invoicing")
+    (snippet,) = [m.value.replace("\\", "") for m in at.markdown if "General" in m.value]  # unescaped
+    assert snippet.startswith("How should we **deploy** the **invoicing** service? — General, in three steps: step "
+                              "what to do 1 ask This is turn 3 of our chat, see the docs. More words")
+    assert snippet.endswith(" …") and snippet.split()[-2] in {"More", "words", "follow", "here."}  # cut at a word
+    assert not any(mark in snippet.replace("**deploy**", "").replace("**invoicing**", "")
+                   for mark in ("**", "|", "---", "`", "http"))
+
+
 def test_only_the_signed_in_users_chats_whatever_the_url_says(svc):
     chat(svc, "bob@example.com", "Bob's salary negotiation notes", "Ask for the budget first.")
     for params in ({}, {"user": "bob@example.com"}, {"user_id": "bob@example.com", "q": "salary negotiation"},

@@ -7,6 +7,7 @@ per turn makes every write idempotent; a Retry's new answer rewrites its vector.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
 
@@ -31,6 +32,24 @@ def snippet(message: Message) -> str:
     question = " ".join(message.input_body.split())
     answer = " ".join(message.output_body.split())
     return f"{question[:240]} — {answer}"[:SNIPPET_CHARS]
+
+
+_TABLE_RULE = re.compile(r"\|?(?:\s*:?-{3,}:?\s*\|)+\s*:?-*:?")  # | --- | :-: | (a table's header rule)
+_LINK = re.compile(r"!?\[([^\]]*)\]\([^)]*\)")  # [text](url) and ![alt](url) -> the text
+_EMPHASIS = re.compile(r"(?<![\w*_])[*_]{1,3}(?=[^\s*_])|(?<=[^\s*_])[*_]{1,3}(?![\w*_])|`+")
+_HEADING = re.compile(r"(?:(?<=\s)|^)#{1,6}\s+")
+
+
+def readable_snippet(text: str) -> str:
+    """A stored snippet as a result shows it: its Markdown marks (emphasis, code ticks, table rules and pipes,
+    heading hashes, link targets) left out, and, when the snippet was cut at its bound, cut at a word with …."""
+    cut = len(text) >= SNIPPET_CHARS
+    text = _LINK.sub(r"\1", _TABLE_RULE.sub(" ", text))
+    text = _HEADING.sub("", _EMPHASIS.sub("", text.replace("|", " ")))
+    text = " ".join(text.split())
+    if cut and " " in text:
+        text = text.rsplit(" ", 1)[0].rstrip(" ,;:—-") + " …"
+    return text
 
 
 def indexable(message: Message) -> bool:

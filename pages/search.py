@@ -67,14 +67,17 @@ if query.strip():
         if outcome.other_model:
             st.caption(f"{outcome.other_model} older results were embedded by another model and are left out until "
                        "an operator runs `python -m lib.admin reindex`.")
-        if not outcome.results and not outcome.note:
+        # A result's title is a copy made when the turn was indexed: the chats' current titles (1 BatchGetItem),
+        # and a result whose chat is gone (retention) is left out rather than linking to "Chat not found". Never
+        # a link built from anything but two ids.
+        titles = svc.store.titles(me.user_id, [r.session_id for r in outcome.results])
+        shown = [r for r in outcome.results if r.session_id in titles and keys.is_id(r.message_id)]
+        if not shown and not outcome.note:
             st.info("Nothing found. Try other words: a name, a term, or what the answer was about.",
                     icon=":material/search_off:")
-        for result in outcome.results:
-            if not (keys.is_id(result.session_id) and keys.is_id(result.message_id)):
-                continue  # never a link built from anything but two ids
+        for result in shown:
             link = "/?" + urlencode({"session": result.session_id, "turn": result.message_id})
             with st.container(border=True):
-                st.markdown(f"**[{plain_label(result.title or 'Untitled chat')}]({link})**")
+                st.markdown(f"**[{plain_label(titles[result.session_id] or 'Untitled chat')}]({link})**")
                 st.caption(when(result.create_time))
                 st.markdown(marked(readable_snippet(result.snippet), outcome.query))

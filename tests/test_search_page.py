@@ -69,6 +69,19 @@ def test_a_snippet_shows_the_answers_words_not_its_markdown(svc):
                    for mark in ("**", "|", "---", "`", "http"))
 
 
+def test_a_result_shows_the_chats_current_title_for_one_more_read(svc):
+    from tests.pages import requests_made
+
+    session, message = chat(svc, DEV, "How do we rotate the database password?", "Use the secrets manager rotation.")
+    svc.store.rename_session(DEV, session, "Secrets runbook")  # after the turn was indexed with the old title
+    at = search_page()
+    records = requests_made(lambda: at.text_input[0].set_value("rotate password").run())
+    assert not at.exception
+    assert links(at) == [f"**[Secrets runbook](/?session={session.session_id}&turn={message.message_id})**"]
+    assert sorted((r.operation, r.action) for r in records if r.action == "search") == [
+        ("BatchGetItem", "search"), ("SearchVectors", "search")]
+
+
 def test_only_the_signed_in_users_chats_whatever_the_url_says(svc):
     chat(svc, "bob@example.com", "Bob's salary negotiation notes", "Ask for the budget first.")
     for params in ({}, {"user": "bob@example.com"}, {"user_id": "bob@example.com", "q": "salary negotiation"},

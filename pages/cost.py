@@ -9,7 +9,7 @@ from lib.errors import StoreUnavailable
 from lib.storage import keys
 from lib.usage import costs, readable
 from lib.usage.pricing import Prices
-from lib.usage.readable import money, number, percent
+from lib.usage.readable import headline_money, money, number, percent
 from lib.web import ui
 from lib.web.bootstrap import start_page
 
@@ -59,16 +59,16 @@ with ui.errors_shown():
     cols = st.columns(5)
     cols[0].metric("Turns", number(head.turns), help=f"{number(head.failed_turns)} of them failed or were stopped")
     cols[1].metric("Model (estimate)" if estimate else "Model",
-                   money(head.model_cost) + (" + ?" if head.unknown_models else ""),
+                   headline_money(head.model_cost) + (" + ?" if head.unknown_models else ""),
                    help=(f"The offline demo model is free: its tokens are priced as {head.estimated['demo']} "
                          "to show what the same usage would cost. " if "demo" in head.estimated else "")
                    + "Tokens × the price table (CHAT_MODEL_PRICES)" + (
                        f"; price unknown for {', '.join(head.unknown_models)}" if head.unknown_models else ""))
-    cols[2].metric("DynamoDB", money(head.dynamodb_cost),
-                   help=f"{number(head.wru)} write units + {number(head.rru)} read units + "
-                        f"storage estimate {money(head.storage_cost)}")
+    cols[2].metric("DynamoDB", headline_money(head.dynamodb_cost),
+                   help=f"{money(head.dynamodb_cost)}: {number(head.wru)} write units + {number(head.rru)} read units "
+                        f"+ storage estimate {money(head.storage_cost)}")
     cols[3].metric("DynamoDB share", percent(head.dynamodb_share), help="DynamoDB $ ÷ (DynamoDB $ + model $)")
-    cols[4].metric("Per 1,000 turns", money(head.per_turn * 1000) if head.per_turn is not None else "–",
+    cols[4].metric("Per 1,000 turns", headline_money(head.per_turn * 1000) if head.per_turn is not None else "–",
                    help="DynamoDB + model")
     if "demo" in head.estimated:
         st.caption(f"**Demo model: the model figures are an estimate.** Its tokens are free; priced as "

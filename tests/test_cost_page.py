@@ -116,7 +116,7 @@ class TestAdmin:
         (buckets,) = page_reads
         head = costs.headline(buckets, page_prices(services))
         assert metric(at, "Turns") == f"{counts['turns']:,}" == f"{head.turns:,}"
-        assert metric(at, "DynamoDB") == readable.money(head.dynamodb_cost)
+        assert metric(at, "DynamoDB") == readable.headline_money(head.dynamodb_cost)
         assert "Everyone's usage" in at.caption[0].value
         assert set(table_with(at, "User")["User"]) == {DEV, *COLLEAGUES}
         assert "1M turns cost" in at.info[0].value and "about $11 DynamoDB per 1M turns" in at.info[0].value
@@ -134,7 +134,7 @@ class TestAdmin:
         at = cost_page()
         head = costs.headline(page_reads[-1], page_prices(services))
         assert head.estimated == {"demo": services.settings.model} and head.model_cost > 0
-        assert metric(at, "Model (estimate)") == readable.money(head.model_cost) != "$0"
+        assert metric(at, "Model (estimate)") == readable.headline_money(head.model_cost) != "$0"
         share = metric(at, "DynamoDB share")
         assert share == readable.percent(head.dynamodb_share) and share != "100%"
         (note,) = [c.value for c in at.caption if "Demo model" in c.value]

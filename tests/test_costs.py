@@ -92,6 +92,11 @@ class TestReadableUnits:
     def test_money(self, value, text):
         assert readable.money(value) == text
 
+    @pytest.mark.parametrize("value, text", [(0, "$0"), (0.000083, "< $0.01"), (0.0099, "< $0.01"), (0.01, "$0.010"),
+                                             (0.028, "$0.028"), (2.33, "$2.33"), (float("nan"), "–")])
+    def test_headline_money_fits_a_metric_card(self, value, text):
+        assert readable.headline_money(value) == text
+
     @pytest.mark.parametrize("value, text", [(None, "–"), (0, "0%"), (0.0002, "< 0.1%"), (0.0023, "0.2%"),
                                              (0.5, "50.0%"), (1.0, "100%")])
     def test_percent(self, value, text):

@@ -26,6 +26,12 @@ def money(value: float) -> str:
     return f"{sign}${text}"
 
 
+def headline_money(value: float) -> str:
+    """Dollars on a metric card, a few characters wide: under a cent, "< $0.01" (the exact figure is `money`, in
+    the card's help and the tables; "$0.000083" in a card's large type was cut to "$0.0000…")."""
+    return "< $0.01" if 0 < value < 0.01 else money(value)
+
+
 def percent(share: float | None) -> str:
     if share is None:
         return "–"

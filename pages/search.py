@@ -6,7 +6,6 @@ IAM cannot restrict: the app is the guard). `?q=` only fills the box.
 """
 from __future__ import annotations
 
-from urllib.parse import urlencode
 
 import streamlit as st
 
@@ -76,8 +75,11 @@ if query.strip():
             st.info("Nothing found. Try other words: a name, a term, or what the answer was about.",
                     icon=":material/search_off:")
         for result in shown:
-            link = "/?" + urlencode({"session": result.session_id, "turn": result.message_id})
             with st.container(border=True):
-                st.markdown(f"**[{plain_label(titles[result.session_id] or 'Untitled chat')}]({link})**")
+                # A page link opens the chat at that turn in this tab (a Markdown link would open a new one); the
+                # label is escaped: a page link's label renders Markdown, images included.
+                st.page_link("app.py", label=f"**{plain_label(titles[result.session_id] or 'Untitled chat')}**",
+                             query_params={"session": result.session_id, "turn": result.message_id},
+                             icon=":material/forum:")
                 st.caption(when(result.create_time))
                 st.markdown(marked(readable_snippet(result.snippet), outcome.query))

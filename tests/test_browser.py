@@ -226,3 +226,30 @@ def test_a_link_to_an_old_turn_opens_the_chat_scrolled_to_it(tmp_path, page):
         while not 0 <= linked.bounding_box()["y"] < 900:  # scrolled into the viewport once the page settled
             assert time.monotonic() < deadline, "the linked turn was never scrolled into view"
             time.sleep(0.2)
+
+
+def test_a_search_result_opens_its_chat_at_that_turn_in_the_same_tab(app_url, page):
+    ask(page, app_url, "How do we rotate the database password?")
+    page.get_by_text("out tokens").first.wait_for(timeout=90_000)
+    box = page.locator("[data-testid='stChatInput'] textarea")
+    box.fill("And what about the invoice archive?")
+    box.press("Enter")
+    page.get_by_text("out tokens").nth(1).wait_for(timeout=90_000)
+    page.locator("[data-testid='stSidebar']").get_by_role("link", name="Search").click()
+    query = page.get_by_role("textbox").first
+    query.wait_for(timeout=30_000)
+    result = page.locator("[data-testid='stPageLink-NavLink']").filter(has_text="rotate the database password")
+    for _ in range(30):  # the turn's vector is written after its save, by the worker: give it a moment
+        query.fill("rotate database password")
+        query.press("Enter")
+        page.wait_for_timeout(1_000)
+        if result.count():
+            break
+    page.screenshot(path=str(ARTIFACTS / "search-results.png"))
+    pages_before = len(page.context.pages)
+    result.first.click()
+    page.locator("[data-testid='stChatMessage']").filter(has_text="How do we rotate the database password?").first \
+        .wait_for(timeout=30_000)
+    assert len(page.context.pages) == pages_before  # the same tab, not a new one
+    assert "session=" in page.url and page.get_by_text("out tokens").count() == 2
+    page.screenshot(path=str(ARTIFACTS / "search-result-opened.png"))

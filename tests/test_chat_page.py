@@ -56,6 +56,20 @@ class TestLongChats:
             records = requests_made(lambda: new_browser(session=session.session_id, turn=bad))
             assert [r.operation for r in records] == ["Query", "Query"]
 
+    def test_a_link_to_a_turn_of_the_chat_already_open_is_followed_too(self):
+        """Search's results open in the same tab: the chat may be open already, and the link still pages back
+        to the turn and scrolls to it, once."""
+        session = a_chat_of(45)
+        target = services().store.all_messages(DEV, session.session_id)[3]
+        at = new_browser(session=session.session_id)
+        assert "turn 3" not in user_turns(at)
+        at.query_params["turn"] = target.message_id
+        at.run()
+        assert not at.exception and "turn 3" in user_turns(at) and at.get("iframe")
+        assert "turn" not in at.query_params  # followed once: a rerun or a reload does not scroll again
+        at.run()
+        assert not at.get("iframe")
+
     def test_a_collapsed_page_is_not_drawn_and_an_opened_one_is(self):
         session = a_chat_of(45)
         at = new_browser(session=session.session_id)

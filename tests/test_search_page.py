@@ -42,14 +42,15 @@ def search_page(query: str | None = None, **params: str) -> AppTest:
 
 
 def links(at) -> list[str]:
-    return [m.value for m in at.markdown if m.value.startswith("**[")]
+    """Each result's link to its turn, "label -> ?query" (a st.page_link to the chat page, opened in this tab)."""
+    return [f"{e.proto.label} -> ?{e.proto.query_string}" for e in at.get("page_link") if e.proto.query_string]
 
 
 def test_a_result_has_its_title_date_highlighted_snippet_and_a_link_to_the_turn(svc):
     session, message = chat(svc, DEV, "How do we rotate the database password?", "Use the secrets manager rotation.")
     at = search_page("rotate password")
     (link,) = links(at)
-    assert link == f"**[{plain_label(session.title)}](/?session={session.session_id}&turn={message.message_id})**"
+    assert link == f"**{plain_label(session.title)}** -> ?session={session.session_id}&turn={message.message_id}"
     assert "**rotate**" in " ".join(m.value for m in at.markdown) and "**password**" in " ".join(
         m.value for m in at.markdown)
     moment = message.create_time
@@ -77,7 +78,7 @@ def test_a_result_shows_the_chats_current_title_for_one_more_read(svc):
     at = search_page()
     records = requests_made(lambda: at.text_input[0].set_value("rotate password").run())
     assert not at.exception
-    assert links(at) == [f"**[Secrets runbook](/?session={session.session_id}&turn={message.message_id})**"]
+    assert links(at) == [f"**Secrets runbook** -> ?session={session.session_id}&turn={message.message_id}"]
     assert sorted((r.operation, r.action) for r in records if r.action == "search") == [
         ("BatchGetItem", "search"), ("SearchVectors", "search")]
 
@@ -95,7 +96,7 @@ def test_hostile_text_is_shown_escaped_never_rendered(svc):
     chat(svc, DEV, "Render ![x](http://evil.example/p.png) <script>alert(1)</script> please",
          "[click](javascript:alert(1)) **not bold**")
     at = search_page("render script alert")
-    shown = " ".join(m.value for m in at.markdown)
+    shown = " ".join([m.value for m in at.markdown] + links(at))
     assert "![x](http" not in shown and "](javascript" not in shown and "\\!\\[x\\]" in shown
 
 

@@ -60,7 +60,8 @@ class ChatPage(LiveTurns):
             self.view.ensure_sidebar(self.store)
             if wanted != self.view.open_id and wanted != self.view.not_found:
                 self.view.navigate(self.store, wanted, self.hot)
-                self._find_turn(st.query_params.get("turn"))
+            if "turn" in st.query_params:  # a link to one turn (Search): followed once, also in the open chat
+                self._find_turn(st.query_params.pop("turn"))
 
     def _find_turn(self, turn_id: str | None) -> None:
         """A link to one turn (Search's results): page back until it is loaded (at most MAX_TURN_PAGES Queries),

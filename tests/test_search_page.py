@@ -83,6 +83,13 @@ def test_a_result_shows_the_chats_current_title_for_one_more_read(svc):
         ("BatchGetItem", "search"), ("SearchVectors", "search")]
 
 
+def test_results_found_by_meaning_alone_say_so(svc):
+    chat(svc, DEV, "How do we rotate the database password?", "Use the secrets manager rotation.")
+    caption = "None of these contain your words: they are your turns closest in meaning."
+    assert caption in [c.value for c in search_page("zzqxv kumquat submarine").caption]
+    assert caption not in [c.value for c in search_page("rotate password").caption]
+
+
 def test_only_the_signed_in_users_chats_whatever_the_url_says(svc):
     chat(svc, "bob@example.com", "Bob's salary negotiation notes", "Ask for the budget first.")
     for params in ({}, {"user": "bob@example.com"}, {"user_id": "bob@example.com", "q": "salary negotiation"},

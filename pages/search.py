@@ -74,8 +74,8 @@ if query.strip():
         if not shown and not outcome.note:
             st.info("Nothing found. Try other words: a name, a term, or what the answer was about.",
                     icon=":material/search_off:")
-        elif shown and all(r.keyword_rank is None for r in shown):  # by meaning alone: say so, they may be far
-            st.caption("None of these contain your words: they are your turns closest in meaning.")
+        elif shown and all(r.keyword_rank is None for r in shown):  # by meaning alone (no keyword rank): say so
+            st.caption("No close match for your words: these are your turns closest in meaning.")
         for result in shown:
             with st.container(border=True):
                 # A page link opens the chat at that turn in this tab (a Markdown link would open a new one); the

@@ -81,13 +81,13 @@ class TestBudget:
         context = SessionContextLoader().load(user_id="u", session_id="s", system="sys", question="z" * 10_000,
                                               history=history, budget=100)
         assert context.prompt.messages == [{"role": "user", "content": "z" * 10_000}]
-        assert context.note == ("Your question alone is about 2,500 tokens, more than the 100 tokens budgeted for what "
-                                "the model sees; it was sent whole. The model saw the newest 0 of 1 earlier turn; 1 "
-                                "earlier turn was left out (token budget).")
+        assert context.note == ("Your question is about 2,500 tokens: with the instructions, all of the 100 tokens "
+                                "budgeted for what the model sees; it was sent whole, with nothing else. The model saw "
+                                "the newest 0 of 1 earlier turn; 1 earlier turn was left out (token budget).")
         first = SessionContextLoader().load(user_id="u", session_id="s", system="sys", question="z" * 10_000,
                                             history=[], budget=100)  # a new chat: nothing left out, still said
-        assert first.note == ("Your question alone is about 2,500 tokens, more than the 100 tokens budgeted for "
-                              "what the model sees; it was sent whole.")
+        assert first.note == ("Your question is about 2,500 tokens: with the instructions, all of the 100 tokens "
+                              "budgeted for what the model sees; it was sent whole, with nothing else.")
 
 
 class TestOrderAndSources:

@@ -83,9 +83,20 @@ def test_a_result_shows_the_chats_current_title_for_one_more_read(svc):
         ("BatchGetItem", "search"), ("SearchVectors", "search")]
 
 
+@pytest.mark.parametrize("stored, shown", [
+    ("Use `__init__.py` and `*args`, or ```python x = 1 # note a | b``` then", "Use __init__.py and *args, or python x "
+     "= 1 # note a | b then"),  # code as written
+    ("snake_case, 2*3*4, 2 * 3 and x**2 stay; **bold** and _it_ go; ## Steps here", "snake_case, 2*3*4, 2 * 3 and x**2 "
+     "stay; bold and it go; Steps here")])
+def test_a_snippet_keeps_code_and_words_as_written(stored, shown):
+    from lib.search.indexer import readable_snippet
+
+    assert readable_snippet(stored) == shown
+
+
 def test_results_found_by_meaning_alone_say_so(svc):
     chat(svc, DEV, "How do we rotate the database password?", "Use the secrets manager rotation.")
-    caption = "None of these contain your words: they are your turns closest in meaning."
+    caption = "No close match for your words: these are your turns closest in meaning."
     assert caption in [c.value for c in search_page("zzqxv kumquat submarine").caption]
     assert caption not in [c.value for c in search_page("rotate password").caption]
 

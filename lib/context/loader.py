@@ -208,9 +208,10 @@ class SessionContextLoader:
         prompt = Prompt(full, messages, cache_prefix=prefix if (memory_block or summary_part) else "")
         note = _note(earlier, len(verbatim), len(recalled), summary_part, len(memories))
         asked = tokens.count(question)
-        if asked > budget:  # sent whole all the same: the user should know why nothing else fitted beside it
-            note = (f"Your question alone is about {asked:,} tokens, more than the {budget:,} tokens budgeted for "
-                    "what the model sees; it was sent whole" + (". " + note if note else "."))
+        if question and tokens.count(system) + asked >= budget:  # load()'s test: nothing else fitted beside it
+            note = (f"Your question is about {asked:,} tokens: with the instructions, all of the {budget:,} tokens "
+                    "budgeted for what the model sees; it was sent whole, with nothing else"
+                    + (". " + note if note else "."))
         return Context(prompt, len(verbatim) + len(recalled), tuple(sources), total, budget, note,
                        tuple(m.memory_id for m in memories))
 

@@ -34,19 +34,28 @@ def snippet(message: Message) -> str:
     return f"{question[:240]} — {answer}"[:SNIPPET_CHARS]
 
 
+_CODE = re.compile(r"(`{1,3})(.*?)(?:\1|$)")  # a code span or fence (the snippet may cut it): shown as written
 _TABLE_RULE = re.compile(r"\|?(?:\s*:?-{3,}:?\s*\|)+\s*:?-*:?")  # | --- | :-: | (a table's header rule)
 _LINK = re.compile(r"!?\[([^\]]*)\]\([^)]*\)")  # [text](url) and ![alt](url) -> the text
-_EMPHASIS = re.compile(r"(?<![\w*_])[*_]{1,3}(?=[^\s*_])|(?<=[^\s*_])[*_]{1,3}(?![\w*_])|`+")
-_HEADING = re.compile(r"(?:(?<=\s)|^)#{1,6}\s+")
+_EMPHASIS = re.compile(r"(?<![\w*_])[*_]{1,3}(?=[^\s*_])|(?<=[^\s*_])[*_]{1,3}(?![\w*_.])")
+_HEADING = re.compile(r"(?:(?<=\s)|^)#{1,6}\s+(?=[A-Z0-9])")
 
 
 def readable_snippet(text: str) -> str:
     """A stored snippet as a result shows it: its Markdown marks (emphasis, code ticks, table rules and pipes,
-    heading hashes, link targets) left out, and, when the snippet was cut at its bound, cut at a word with …."""
+    heading hashes, link targets) left out, code as written, and, when the snippet was cut at its bound, cut at
+    a word with …."""
     cut = len(text) >= SNIPPET_CHARS
-    text = _LINK.sub(r"\1", _TABLE_RULE.sub(" ", text))
-    text = _HEADING.sub("", _EMPHASIS.sub("", text.replace("|", " ")))
-    text = " ".join(text.split())
+    parts = []
+    for i, piece in enumerate(_CODE.split(text)):
+        if i % 3 == 1:
+            continue  # the backticks themselves
+        if i % 3 == 2:
+            parts.append(piece)  # inside a code span or fence
+            continue
+        piece = _LINK.sub(r"\1", _TABLE_RULE.sub(" ", piece))
+        parts.append(_HEADING.sub("", _EMPHASIS.sub("", piece.replace("|", " "))))
+    text = " ".join("".join(parts).split())
     if cut and " " in text:
         text = text.rsplit(" ", 1)[0].rstrip(" ,;:—-") + " …"
     return text

@@ -31,7 +31,7 @@ SUGGESTIONS = ["How should I design a DynamoDB table for chat history?",
 RENAME_POPOVER = "rename-popover"
 COMPOSER = "composer"
 SCROLL_TO = "scroll_to_turn"  # a turn a link pointed at, scrolled to on the next draw
-DRAWN_CHAT = "drawn_chat"  # the chat whose turns the last run drew (see turns)
+DRAWN_LIVE = "drawn_live"  # ids of answers drawn live (pending) by an earlier run (see _turn)
 MAX_TURN_PAGES = 25  # pages of 20 turns paged back to find a linked turn
 _TURN_ID = re.compile(r"[0-9A-HJKMNP-TV-Z]{26}")  # a ULID
 TYPE_AHEAD = "type_ahead"  # set when a question was refused because this chat's answer is still coming
@@ -162,14 +162,6 @@ class ChatPage(LiveTurns):
             st.session_state["rename_error"] = str(exc)
 
     def turns(self) -> None:
-        # Another chat than the last run drew: a fresh block (see _turn), so the last chat's turns do not stay
-        # on the page, faded, while this one follows an answer still being written.
-        fresh = st.session_state.get(DRAWN_CHAT) != self.view.open_id
-        st.session_state[DRAWN_CHAT] = self.view.open_id
-        with st.empty().container() if fresh else st.container():
-            self._turns()
-
-    def _turns(self) -> None:
         view = self.view
         if st.session_state.get("summary_error"):
             st.error(st.session_state.pop("summary_error"), icon=":material/error:")
@@ -208,12 +200,20 @@ class ChatPage(LiveTurns):
             turn_view.question(m)
         # Streamlit keeps what the last run drew at a place until this run redraws it or ends, faded meanwhile,
         # and a block redrawn at the same place inherits the old one's children. A run following a live answer
-        # lasts as long as the answer: after a Retry the failed answer, its warning and its Retry button would
-        # stay under the new one, faded, the whole time. An empty placeholder's fresh block starts with nothing.
+        # lasts as long as the answer: after a Retry (or on coming back to the chat) what was drawn there would
+        # stay under the live answer, faded, the whole time. So the first run that draws an answer live gives
+        # it a fresh block (an empty placeholder's: it starts with nothing); later runs keep the inherited one,
+        # which shows the text so far until `follow` redraws it (no blank flash on a click mid-answer).
+        drawn = st.session_state.setdefault(DRAWN_LIVE, set())
+        if len(drawn) > 100:  # answers left while live and never seen saved: forget them (at worst a fresh block)
+            drawn.clear()
         if m.status == PENDING:
-            with st.empty().container(), st.chat_message("assistant"):
+            fresh = m.message_id not in drawn
+            drawn.add(m.message_id)
+            with st.empty().container() if fresh else st.container(), st.chat_message("assistant"):
                 self.answer(m)
         else:
+            drawn.discard(m.message_id)
             with st.chat_message("assistant"):
                 self.answer(m)
 

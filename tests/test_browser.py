@@ -79,10 +79,16 @@ def page():
 def ask(page, app_url, question):
     """Open the app and send a question through the chat input, as a person would."""
     page.goto(app_url)
+    page.locator("[data-testid='stChatInput'] textarea").wait_for(timeout=60_000)
+    type_question(page, question)
+
+
+def type_question(page, question):
+    """Type a question into the chat input of the page as it is and press Enter; returns the input."""
     box = page.locator("[data-testid='stChatInput'] textarea")
-    box.wait_for(timeout=60_000)
     box.fill(question)
     box.press("Enter")
+    return box
 
 
 def test_ask_see_the_streamed_answer_reload_and_find_the_session(app_url, page):
@@ -163,9 +169,7 @@ def test_stop_keeps_what_arrived_as_stopped_then_retry_answers(app_url, page):
 def test_type_ahead_is_refused_with_the_text_kept_then_sent_after_the_answer(app_url, page):
     ask(page, app_url, "Tell me about DynamoDB keys")
     page.get_by_text("You asked").first.wait_for(timeout=60_000)
-    box = page.locator("[data-testid='stChatInput'] textarea")
-    box.fill("and what about sort keys?")
-    box.press("Enter")
+    box = type_question(page, "and what about sort keys?")
     page.get_by_text("Not sent yet: the answer above is still being written").wait_for(timeout=30_000)
     assert box.input_value() == "and what about sort keys?"  # kept in the box
     page.screenshot(path=str(ARTIFACTS / "chat-type-ahead.png"))
@@ -231,9 +235,7 @@ def test_a_link_to_an_old_turn_opens_the_chat_scrolled_to_it(tmp_path, page):
 def test_a_search_result_opens_its_chat_at_that_turn_in_the_same_tab(app_url, page):
     ask(page, app_url, "How do we rotate the database password?")
     page.get_by_text("out tokens").first.wait_for(timeout=90_000)
-    box = page.locator("[data-testid='stChatInput'] textarea")
-    box.fill("And what about the invoice archive?")
-    box.press("Enter")
+    type_question(page, "And what about the invoice archive?")
     page.get_by_text("out tokens").nth(1).wait_for(timeout=90_000)
     page.locator("[data-testid='stSidebar']").get_by_role("link", name="Search").click()
     query = page.get_by_role("textbox").first

@@ -1,7 +1,7 @@
 """Team Chat: the chat page (`streamlit run app.py`; pages/cost.py is the usage & cost page).
 
 Thin: the page's parts are drawn by lib.web.chat_page, state lives in lib.web.chat_view, DynamoDB in
-lib.storage.store, the model in lib.turn.models, what happens around a turn in lib.turn.flow."""
+lib.storage.store, the model in lib.model.models, what happens around a turn in lib.turn.flow."""
 from __future__ import annotations
 
 from lib.web.bootstrap import start_page

@@ -8,8 +8,8 @@ from typing import Any, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from lib.usage.capacity import Meter  # noqa: E402
-from lib.storage.database import local_client, local_server  # noqa: E402
+from lib.storage.capacity import Meter  # noqa: E402
+from lib.database import local_client, local_server  # noqa: E402
 from lib.storage.schema import create_table  # noqa: E402
 from lib.storage.store import ChatStore  # noqa: E402
 

@@ -11,7 +11,7 @@ whole chat, and the full history.
 
 - evidence recall: share of annotated turns present in the context (sent verbatim, recalled, or as a
   memory extracted from that turn); answer coverage: share of questions whose answer string appears
-  anywhere in the context (memories and the summary count); tokens by lib/context/tokens.py.
+  anywhere in the context (memories and the summary count); tokens by lib/tokens.py.
 - latency: assembly time per question (median; the first question of a browser session also pays its
   reads: the memory Query and the older turns, shown separately).
 Then the input-token cost per turn at turn 100 of the main chat, replayed turn by turn as live turns.
@@ -33,13 +33,13 @@ from common import fresh_store, print_table  # noqa: E402
 from context_corpus import build  # noqa: E402
 
 from lib.config import Settings  # noqa: E402
-from lib.context import tokens  # noqa: E402
+from lib import tokens  # noqa: E402
 from lib.context.cache import ContextCache  # noqa: E402
 from lib.context.engine import ContextEngine  # noqa: E402
 from lib.context.importer import import_chats, load_file  # noqa: E402
 from lib.turn.context import build_context  # noqa: E402
-from lib.turn.models import DemoModel  # noqa: E402
-from lib.turn.prompts import system_prompt  # noqa: E402
+from lib.model.models import DemoModel  # noqa: E402
+from lib.model.prompts import system_prompt  # noqa: E402
 from lib.usage.pricing import CACHE_READ_FACTOR, CACHE_WRITE_FACTOR, MODEL_PRICES  # noqa: E402
 
 USER = "bench@example.com"

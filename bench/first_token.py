@@ -18,7 +18,7 @@ from common import fresh_store, print_table
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from lib.config import Settings  # noqa: E402
-from lib.turn.models import DemoModel  # noqa: E402
+from lib.model.models import DemoModel  # noqa: E402
 from lib.services import make_model  # noqa: E402
 from lib.turn.turns import begin_turn  # noqa: E402
 from tests.fake_anthropic import FakeAnthropic  # noqa: E402

@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.common import fresh_store, print_table  # noqa: E402
-from lib.turn.models import AnthropicModel, DemoModel  # noqa: E402
+from lib.model.models import AnthropicModel, DemoModel  # noqa: E402
 from lib.turn.turns import begin_turn  # noqa: E402
 from lib.turn.worker import Generations  # noqa: E402
 

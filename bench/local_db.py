@@ -44,7 +44,7 @@ def rss_mb():
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
 
-from lib.storage.database import local_client
+from lib.database import local_client
 from lib.storage.schema import create_table, table_exists
 from lib.storage.store import ChatStore, to_item
 if impl == "journal":
@@ -125,7 +125,7 @@ APP_WITH_JOURNAL = r'''
 import sys
 sys.path.insert(0, sys.argv.pop(1))
 from old_embedded.server import LocalDynamo as Journal
-import lib.storage.database as database
+import lib.database as database
 from lib.storage.schema import create_table
 
 class JournalStarted(Journal):

@@ -33,7 +33,7 @@ def rss_mb() -> float:
 
 def worker(mode: str) -> dict:
     sys.path.insert(0, str(ROOT))
-    from lib.storage.database import RETRIES
+    from lib.database import RETRIES
     from lib.errors import SessionChanged
     from lib.storage.schema import create_table
     from lib.storage.store import ChatStore

@@ -40,7 +40,7 @@ def template_chats() -> tuple[list[tuple[str, list[dict]]], list[dict]]:
 
     from bench.common import fresh_store
     from lib.storage import keys
-    from lib.turn.models import demo_answer
+    from lib.model.models import demo_answer
 
     store, _, client = fresh_store()
     moment = [dt.datetime(2026, 10, 1, 9, tzinfo=dt.timezone.utc)]
@@ -177,7 +177,7 @@ def warm(process: subprocess.Popen, app_port: int, partitions: list[str]) -> flo
     """Touch every partition once through the app's own embedded server (the other users' traffic)."""
     import boto3
 
-    from lib.storage.database import RETRIES
+    from lib.database import RETRIES
 
     ports = listening_ports(process.pid) - {app_port}
     if len(ports) != 1:

@@ -8,7 +8,7 @@ turn. LangChain keeps the whole history as a list in one item: each turn reads i
 then `add_messages` reads it again and writes the whole list back. Ours writes the turn's own item.
 Past DynamoDB's 400 KB the real package is still called every turn, as an app would: its read, read,
 refused write, read is what such a conversation costs from then on.
-Capacity is modeled by DynamoDB's rules (lib/usage/capacity.py); requests are counted by botocore events.
+Capacity is modeled by DynamoDB's rules (lib/storage/capacity.py); requests are counted by botocore events.
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from common import fresh_store, print_table
 
 from lib.storage import keys
 from lib.storage.itemsize import ITEM_LIMIT_BYTES, item_size
-from lib.usage.capacity import Meter
+from lib.storage.capacity import Meter
 
 QUESTION = "What should we do next about the rollout plan?"  # 46 bytes
 ANSWER = ("Here is a careful answer that walks through the options, the risks and a recommendation. " * 24)[:2048]

@@ -27,11 +27,11 @@ from lib.search.embedders import LocalEmbedder  # noqa: E402
 from lib.search.hybrid import search_chats  # noqa: E402
 from lib.search.indexer import Indexer, reindex_user  # noqa: E402
 from lib.storage import keys  # noqa: E402
-from lib.storage.database import local_client  # noqa: E402
+from lib.database import local_client  # noqa: E402
 from lib.storage.gateway import Gateway, to_item  # noqa: E402
 from lib.storage.records import DONE, Message  # noqa: E402
 from lib.storage.schema import create_table  # noqa: E402
-from lib.usage.capacity import Meter  # noqa: E402
+from lib.storage.capacity import Meter  # noqa: E402
 
 TOPICS = ["deploy", "database", "invoice", "holiday", "recipe", "python", "kubernetes", "budget", "hiring", "email",
           "garden", "marathon", "guitar", "mortgage", "vacation", "printer", "laptop", "contract", "meeting", "bug"]

@@ -51,7 +51,7 @@ CHROMIUM = "/usr/bin/chromium"
 def patch_app() -> None:
     """Run before `streamlit run app.py` in the same process: a sized demo answer, timings, the follower."""
     import lib.turn.live as live_module
-    import lib.turn.models as models
+    import lib.model.models as models
     import lib.web.stream_render as stream_render
     from lib.web.chat_page import ChatPage
     from tests.long_answers import long_answer

@@ -10,7 +10,7 @@ from lib.config import Settings
 from lib.ops import commands as data_care
 from lib.ops import context_commands
 from lib.ops import search_commands
-from lib.storage.database import RETRIES
+from lib.database import RETRIES
 from lib.storage.schema import TTL_ATTRIBUTE, create_table, table_exists
 
 

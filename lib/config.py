@@ -52,7 +52,7 @@ SETTINGS: dict[str, tuple[str, str]] = {
                                            "(a 429 asking for an hour fails the turn instead of hanging it)."),
     "CHAT_CONTEXT_TOKENS": ("24000", "Token budget of everything sent with a question: system prompt, memories, "
                                        "summary, recalled and newest turns, the question."),
-    "CHAT_SYSTEM_PROMPT_ID": ("default-v1", "System prompt of new turns (see `lib/turn/prompts.py`)."),
+    "CHAT_SYSTEM_PROMPT_ID": ("default-v1", "System prompt of new turns (see `lib/model/prompts.py`)."),
     "CHAT_PENDING_TIMEOUT_S": ("300", "A turn still pending after this many seconds is shown as interrupted."),
     "CHAT_DEMO_DELAY": ("0.02", "Seconds between the demo model's chunks."),
     "CHAT_MAX_GENERATIONS_PER_USER": ("3", "Answers one user may have being written at once (any chats, tabs and "

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from lib.config import Settings
-from lib.storage.database import Database, open_database
+from lib.database import Database, open_database
 from lib.usage.ledger import Ledger
-from lib.turn.models import AnthropicModel, ChatModel, DemoModel
+from lib.model.models import AnthropicModel, ChatModel, DemoModel
 from lib.storage.store import ChatStore
 
 
@@ -23,7 +23,7 @@ class Services:
 def make_model(settings: Settings) -> ChatModel:
     if settings.model_provider == "demo":
         return DemoModel(delay_s=settings.demo_delay)
-    from lib.turn.deadlines import client_options, with_capped_retry_after
+    from lib.model.deadlines import client_options, with_capped_retry_after
 
     import anthropic
 

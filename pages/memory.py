@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from lib.context import tokens
+from lib import tokens
 from lib.context.cache import cache_in
 from lib.context.engine import ContextEngine
 from lib.context.memories import RULES

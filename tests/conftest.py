@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from lib.usage.capacity import Meter
-from lib.storage.database import local_client, local_server
+from lib.storage.capacity import Meter
+from lib.database import local_client, local_server
 from lib.storage.schema import create_table
 from lib.storage.store import ChatStore
 from tests.fake_anthropic import FakeAnthropic

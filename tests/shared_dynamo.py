@@ -7,7 +7,7 @@ import sys
 import time
 
 from lib.config import Settings
-from lib.storage.database import local_client
+from lib.database import local_client
 from lib.embedded.server import LocalDynamo
 from lib.storage.schema import create_table
 

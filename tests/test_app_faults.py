@@ -71,7 +71,7 @@ KILLED = """
 import os, time
 from lib.config import Settings
 from lib.services import build_services
-from lib.turn.models import DemoModel
+from lib.model.models import DemoModel
 from lib.turn.turns import begin_turn
 from lib.turn.worker import Generations
 services = build_services(Settings.load(env={{"CHAT_DATA_DIR": {folder!r}, "CHAT_TABLE": {table!r}}}, secrets={{}}))

@@ -1,7 +1,7 @@
 """The capacity model against CAPACITY.md's test vectors, and the meter on a real table."""
 import pytest
 
-from lib.usage.capacity import modeled_units, read_units, reported_units, write_units
+from lib.storage.capacity import modeled_units, read_units, reported_units, write_units
 from lib.storage.itemsize import item_size, number_size
 from lib.errors import MessageNotPending
 from lib.storage.store import to_item

@@ -1,6 +1,6 @@
 """The context loader alone: newest answered turns within the token budget, nothing silently dropped."""
 from lib.turn.context import build_context
-from lib.turn.models import estimate_tokens
+from lib.model.models import estimate_tokens
 from lib.storage.records import DONE, FAILED, PENDING, Message
 
 

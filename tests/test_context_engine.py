@@ -4,7 +4,7 @@ import pytest
 from lib.config import Settings
 from lib.context.cache import ContextCache, MemoryState
 from lib.context.engine import ContextEngine
-from lib.turn.models import DemoModel
+from lib.model.models import DemoModel
 from lib.turn.turns import begin_turn
 
 U = "ivy@example.com"

@@ -3,7 +3,7 @@ import random
 
 import pytest
 
-from lib.context import tokens
+from lib import tokens
 from lib.context.cache import ContextCache
 from lib.context.loader import RECALL_HEADER, SessionContextLoader
 from lib.context.recall import KeywordRecall

@@ -16,7 +16,7 @@ from lib.web import ui
 from lib.config import Settings
 from lib.usage.pricing import Prices
 from lib.ops.seed import COLLEAGUES, seed_demo
-from lib.turn.models import Usage as TokenUsage
+from lib.model.models import Usage as TokenUsage
 from tests.faults import Faults
 from tests.test_browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, serve_app
 
@@ -252,7 +252,7 @@ HOSTILE_LEDGER = """
 import sys
 from lib.config import Settings
 from lib.services import build_services
-from lib.turn.models import Usage
+from lib.model.models import Usage
 
 services = build_services(Settings.load())
 services.ledger.record_tokens(sys.argv[1], "demo", Usage(input_tokens=10, output_tokens=5))

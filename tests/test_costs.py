@@ -8,7 +8,7 @@ import json
 import pytest
 
 from lib.usage import costs, readable
-from lib.usage.capacity import ACTIONS
+from lib.storage.capacity import ACTIONS
 from lib.usage.ledger import Bucket
 from lib.usage.pricing import Prices
 

@@ -3,7 +3,7 @@ import pytest
 
 from lib import admin
 from lib.config import SETTINGS, Settings
-from lib.storage.database import open_database
+from lib.database import open_database
 from lib.errors import ConfigError, StoreUnavailable
 
 

@@ -18,7 +18,7 @@ import pytest
 from lib.config import Settings
 from lib.ops.invariants import check_user
 from lib.storage import keys
-from lib.storage.database import open_database
+from lib.database import open_database
 from lib.storage.schema import table_exists
 from lib.usage.ledger import Ledger
 from tests.deploy_helpers import (ROOT, TEMPLATE, TRANSACTION_ITEM_ACTIONS, _operations, app_dynamodb_actions,

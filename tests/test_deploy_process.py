@@ -19,7 +19,7 @@ READ_LEDGER = """
 import json, sys
 from lib.config import Settings
 from lib.storage import keys
-from lib.storage.database import open_database
+from lib.database import open_database
 from lib.usage.ledger import Ledger
 database = open_database(Settings.load(env={"CHAT_DATA_DIR": sys.argv[1]}, secrets={}, for_operator=True))
 buckets = Ledger(database.client, database.table, database.meter).read([keys.day_of(keys.now())],

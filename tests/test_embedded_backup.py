@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from lib import admin
-from lib.storage.database import stop_local_server
+from lib.database import stop_local_server
 from tests.test_embedded_disk import Folder
 
 

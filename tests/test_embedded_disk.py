@@ -16,7 +16,7 @@ from lib.config import Settings
 from lib.embedded import partitions
 from lib.embedded.server import LocalDynamo, moto_backend
 from lib.errors import ConfigError, StoreUnavailable
-from lib.storage.database import _local_servers, local_client, open_database
+from lib.database import _local_servers, local_client, open_database
 from lib.storage.schema import create_table
 from lib.storage.store import to_item
 

@@ -104,7 +104,7 @@ class TestDiskFull:
 WRITER = textwrap.dedent("""
     import sys
     from lib.embedded.server import LocalDynamo
-    from lib.storage.database import local_client
+    from lib.database import local_client
     from lib.storage.schema import create_table
 
     folder, table, round_ = sys.argv[1], sys.argv[2], sys.argv[3]
@@ -228,7 +228,7 @@ class TestTornWal:
 HOLDER = textwrap.dedent("""
     import sys
     from lib.embedded.server import LocalDynamo
-    from lib.storage.database import local_client
+    from lib.database import local_client
     from lib.storage.schema import create_table
 
     server = LocalDynamo(sys.argv[1]).start()

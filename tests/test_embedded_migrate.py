@@ -10,7 +10,7 @@ from lib.config import Settings
 from lib.embedded.disk import Disk
 from lib.embedded.migrate import import_journal
 from lib.errors import StoreUnavailable
-from lib.storage.database import open_database, stop_local_server
+from lib.database import open_database, stop_local_server
 
 
 def line(*writes: tuple[str, str, str, dict | None]) -> str:
@@ -113,7 +113,7 @@ OLD_WRITER = """
 import sys
 sys.path.insert(0, sys.argv[1])
 from old_embedded.server import LocalDynamo
-from lib.storage.database import local_client
+from lib.database import local_client
 from lib.storage.schema import create_table
 from lib.storage.store import ChatStore
 server = LocalDynamo(sys.argv[2]).start()

@@ -11,7 +11,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from lib.embedded.server import LocalDynamo
-from lib.storage.database import local_client
+from lib.database import local_client
 from lib.storage.schema import add_vector_index, create_table, vector_index_description
 
 DIMS = 4

@@ -3,7 +3,7 @@ Each test checks what survived: nothing the user typed or the model wrote is los
 import pytest
 
 from lib.errors import StoreUnavailable
-from lib.turn.models import DemoModel
+from lib.model.models import DemoModel
 from lib.turn.turns import begin_turn
 from tests.faults import Faults, conflict_reasons
 

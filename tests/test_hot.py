@@ -8,7 +8,7 @@ import pytest
 
 from lib.hot.tier import HotTier
 from lib.storage.records import DONE, FAILED
-from lib.turn.models import DemoModel
+from lib.model.models import DemoModel
 from lib.turn.turns import STOPPED
 from lib.turn.worker import Generations
 from lib.web.chat_view import ChatView

@@ -6,7 +6,7 @@ import pytest
 
 from lib import admin
 from lib.storage import keys
-from lib.storage.database import local_client
+from lib.database import local_client
 from lib.storage.schema import create_table
 from lib.storage.memories import MemoryStore
 from lib.storage.store import ChatStore

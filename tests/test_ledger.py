@@ -11,7 +11,7 @@ import pytest
 from lib.usage import costs
 from lib.storage import keys
 from lib.usage.ledger import Ledger
-from lib.turn.models import DemoModel
+from lib.model.models import DemoModel
 from lib.usage.pricing import Prices
 from lib.turn.turns import begin_turn
 
@@ -109,7 +109,7 @@ class TestLedgerTotals:
 WRITER = """
 from lib.config import Settings
 from lib.services import build_services
-from lib.turn.models import DemoModel
+from lib.model.models import DemoModel
 from lib.turn.turns import begin_turn
 services = build_services(Settings.load(env={{"CHAT_DATA_DIR": {folder!r}, "CHAT_DEMO_DELAY": "0"}}, secrets={{}}))
 turn = begin_turn(services.store, services.model, "ana@example.com", None, "hello", [], system_prompt_id="default-v1",
@@ -205,7 +205,7 @@ def ledger_bucket(counters, day="2026-11-01", user="ana@example.com"):
 
 def costs_bucket(records, message_bytes):
     """The ledger's counters for these meter records and one finished turn, counted by a Ledger (not flushed)."""
-    from lib.usage.capacity import Meter
+    from lib.storage.capacity import Meter
     from lib.storage.records import Message
 
     ledger = Ledger(client=None, table="", meter=Meter(trust_reported=False))

@@ -78,7 +78,7 @@ class TestTransactions:
 
 WRITE = """
 from lib.config import Settings
-from lib.storage.database import open_database
+from lib.database import open_database
 store = open_database(Settings.load(env={{"CHAT_DATA_DIR": {folder!r}}}, secrets={{}})).store()
 session, message = store.create_session("u-1", "survives a restart?", system_prompt_id="p")
 store.finish_message("u-1", message, output_body="yes", input_token=1, output_token=1,
@@ -91,7 +91,7 @@ READ = """
 import base64
 import json
 from lib.config import Settings
-from lib.storage.database import open_database
+from lib.database import open_database
 store = open_database(Settings.load(env={{"CHAT_DATA_DIR": {folder!r}}}, secrets={{}})).store()
 view = store.open_session("u-1", {session_id!r})
 print(json.dumps([[m.input_body, m.output_body, m.status] for m in view.messages] +

@@ -38,7 +38,7 @@ class TestEvents:
 
 class TestWhatIsLogged:
     def test_a_saved_turn_is_one_event_with_ids_tokens_and_outcome_and_no_text(self, store, capsys):
-        from lib.turn.models import DemoModel
+        from lib.model.models import DemoModel
         from lib.turn.turns import begin_turn
 
         turn = begin_turn(store, DemoModel(delay_s=0), "ann@example.com", None, "my secret plan", [],

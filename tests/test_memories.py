@@ -10,7 +10,7 @@ from lib.context.memories import BLOCK_HEADER, rule_facts
 from lib.ops.invariants import check_user
 from lib.storage import keys
 from lib.storage.memories import MemoryStore, memory_id
-from lib.turn.models import DemoModel
+from lib.model.models import DemoModel
 
 U, OTHER = "mia@example.com", "noa@example.com"
 

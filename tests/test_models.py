@@ -3,7 +3,7 @@ import pytest
 
 from lib.config import Settings
 from lib.errors import ModelError
-from lib.turn.models import DemoModel, Prompt, demo_answer
+from lib.model.models import DemoModel, Prompt, demo_answer
 from lib.services import make_model
 from tests.fake_anthropic import Behaviour, FakeAnthropic
 

@@ -247,7 +247,7 @@ def test_settings_refuse_dimensions_the_model_cannot_give():
 def test_an_existing_local_table_gets_the_vector_index_when_the_app_starts(server):
     import uuid
 
-    from lib.storage.database import local_client, open_database
+    from lib.database import local_client, open_database
     from lib.storage.schema import create_table, vector_index_description
 
     name = f"old-{uuid.uuid4().hex[:8]}"

@@ -72,7 +72,7 @@ def test_imported_history_is_searchable_without_a_reindex(env, capsys, tmp_path)
 
 
 def test_search_without_a_matching_vector_index_says_how_to_add_it(monkeypatch, server, capsys):
-    from lib.storage.database import local_client
+    from lib.database import local_client
     from lib.storage.schema import create_table
 
     name = f"cmd-{uuid.uuid4().hex[:10]}"

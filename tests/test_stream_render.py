@@ -3,7 +3,7 @@ import random
 
 import pytest
 
-from lib.turn.models import demo_answer
+from lib.model.models import demo_answer
 from lib.web.markdown_blocks import CODE, MARKDOWN, PLAIN, Block, split
 from lib.web.render import WORD_JOINER, plain_label, safe_markdown
 from lib.web.stream_render import BlockRenderer, PacedRenderer, render_markdown
@@ -210,7 +210,7 @@ class TestStreamingWork:
 
 class TestReplyText:
     def test_the_text_so_far_is_current_mid_stream_and_after_the_consumer_stops(self):
-        from lib.turn.models import Reply
+        from lib.model.models import Reply
 
         reply = Reply("m", iter(["a", "b", "c", "d"]))
         seen = []

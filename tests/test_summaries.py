@@ -10,7 +10,7 @@ from lib.context.summaries import EXTRACTIVE_HEADER, Summarizer, due, extractive
 from lib.storage import keys
 from lib.storage.records import DONE, Summary
 from lib.storage.summaries import SummaryChanged, SummaryStore
-from lib.turn.models import DemoModel
+from lib.model.models import DemoModel
 
 U = "sam@example.com"
 
@@ -129,7 +129,7 @@ class TestWhenToSummarise:
     def test_the_extractive_summary_stays_within_its_tokens_and_says_what_it_dropped(self, store):
         _, turns = chat(store, 30, question="turn {i}: " + "long words " * 30)
         text = extractive("", turns, 200)
-        from lib.context import tokens
+        from lib import tokens
         assert tokens.count(text) <= 200 and "earlier turns no longer summarised" in text
         assert "turn 29" in text  # the newest survive
 

@@ -2,8 +2,8 @@
 import pytest
 
 from lib.errors import ModelError, StoreUnavailable
-from lib.web.export import to_json, to_markdown
-from lib.turn.models import DemoModel, Reply, Usage
+from lib.export import to_json, to_markdown
+from lib.model.models import DemoModel, Reply, Usage
 from lib.turn.turns import STOPPED, begin_turn, retry_turn
 
 USER = "erin@example.com"

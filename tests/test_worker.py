@@ -9,7 +9,7 @@ import pytest
 from lib.errors import ChatError
 from lib.storage.records import DONE, FAILED
 from lib.turn.live import SAVED
-from lib.turn.models import AnthropicModel, DemoModel
+from lib.model.models import AnthropicModel, DemoModel
 from lib.turn.turns import STOPPED, begin_turn
 from lib.turn.worker import CRASHED, GenerationLimit, Generations
 from lib.web.chat_view import ChatView

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from lib.context import tokens
+from lib import tokens
 from lib.context.cache import ContextCache
 from lib.context.loader import Context, SessionContextLoader
 from lib.context.memories import Extractor, MemoryOutcome, extract_memories_after_save, memory_state
@@ -22,7 +22,7 @@ from lib.context.summaries import Summarizer, SummaryOutcome, regenerate_summary
 from lib.storage.memories import MemoryStore
 from lib.storage.records import Message, Session, Summary
 from lib.storage.summaries import OLDER_PAGES, SummaryStore
-from lib.turn.prompts import system_prompt
+from lib.model.prompts import system_prompt
 
 ALL_PAGES_LOADED = 0
 

@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from lib.context import tokens
+from lib import tokens
 from lib.context.cache import ContextCache
 from lib.errors import ChatError
 from lib.storage import keys

@@ -18,10 +18,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from lib.context import memories as memory_rules
-from lib.context import tokens
+from lib import tokens
 from lib.context.recall import Recall, answered
 from lib.storage.records import Memory, Message, Summary
-from lib.turn.models import Prompt
+from lib.model.models import Prompt
 
 MEMORY_SHARE = 0.25
 SUMMARY_SHARE = 0.25

@@ -13,12 +13,12 @@ import re
 from dataclasses import dataclass, field
 
 from lib import logs
-from lib.context import tokens
+from lib import tokens
 from lib.context.cache import ContextCache, MemoryState
 from lib.errors import ChatError
 from lib.storage.memories import MemoryStore, normalise
 from lib.storage.records import DONE, Memory, Message
-from lib.turn.models import Usage
+from lib.model.models import Usage
 
 RULES, MODEL = "rules", "model"
 BLOCK_HEADER = ("What the user told you in earlier chats (memories, dated; when two conflict, the newer one "

@@ -14,7 +14,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from lib.context import tokens
+from lib import tokens
 from lib.storage.records import DONE, Message
 from lib.storage.summaries import SummaryStore
 

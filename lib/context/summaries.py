@@ -12,12 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from lib import logs
-from lib.context import tokens
+from lib import tokens
 from lib.errors import ChatError
 from lib.storage import keys
 from lib.storage.records import DONE, Message, Session, Summary
 from lib.storage.summaries import SummaryChanged, SummaryStore
-from lib.turn.models import Usage
+from lib.model.models import Usage
 
 EXTRACTIVE = "extractive"
 MODEL = "model"

@@ -132,7 +132,7 @@ def restore(settings: Settings, backup_file: str | os.PathLike, force: bool = Fa
 
 def export_table(settings: Settings, out: str | os.PathLike) -> str:
     """Write every item of the configured table to `out`, one {"Item": ...} per line (consistent Scan pages)."""
-    from lib.storage.database import open_database
+    from lib.database import open_database
 
     out = Path(out)
     if out.exists():
@@ -183,7 +183,7 @@ def read_export(path: str | os.PathLike) -> list[dict]:
 
 def import_table(settings: Settings, path: str | os.PathLike, merge: bool = False) -> str:
     """Put every item of an export file into the configured table; an empty table unless --merge."""
-    from lib.storage.database import open_database
+    from lib.database import open_database
 
     items = read_export(path)
     database = open_database(settings)

@@ -51,7 +51,7 @@ def register(commands: Any) -> None:
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
     """Run one of NAMES; a domain error is one sentence on stderr and exit code 2."""
-    from lib.storage.database import open_database
+    from lib.database import open_database
     from lib.storage.gateway import Gateway
 
     from lib import logs

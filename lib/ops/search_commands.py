@@ -100,7 +100,7 @@ def _search(args: argparse.Namespace, settings: Settings, out: Any) -> int:
 
 def _add_index(args: argparse.Namespace, settings: Settings, out: Any, err: Any,
                sleep: Callable[[float], None]) -> int:
-    from lib.storage.database import open_database
+    from lib.database import open_database
     from lib.storage.schema import VECTOR_INDEX, add_vector_index, vector_index_description
     from lib.storage.gateway import Gateway
     from lib.storage.vectors import VectorStore

@@ -11,7 +11,7 @@ from typing import Iterator
 
 from lib.storage import keys
 from lib.errors import ModelError
-from lib.turn.models import DemoModel, Prompt, Reply
+from lib.model.models import DemoModel, Prompt, Reply
 from lib.services import Services
 from lib.turn.turns import begin_turn
 

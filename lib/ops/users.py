@@ -17,7 +17,7 @@ from lib.ops.deletion import delete_sessions, user_partition
 from lib.storage import keys
 from lib.storage.gateway import Gateway, from_item, to_item
 from lib.storage.store import ChatStore
-from lib.web.export import to_json, to_markdown
+from lib.export import to_json, to_markdown
 
 USAGE_LOOKBACK_DAYS = 800  # how far back purge-user --usage looks for the user's usage buckets
 

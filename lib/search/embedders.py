@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol, Sequence
 
 from lib.config import Settings
-from lib.context import tokens
+from lib import tokens
 from lib.errors import ChatError
 
 Kind = Literal["document", "query"]

@@ -2,7 +2,7 @@
 
 One SearchVectors call (TopK 100, kind "turn", the signed-in user's id) returns the nearest
 turns; the keyword path ranks those same candidates by BM25 over their title and snippet
-(words, and character bigrams for CJK, lib/context/tokens.py), and RRF (score = sum of
+(words, and character bigrams for CJK, lib/tokens.py), and RRF (score = sum of
 1 / (60 + rank)) fuses the two orders. The keyword path costs no extra read, and it rescues
 what the local model ranks low (CJK text, rare names) as long as it is among the 100
 nearest: a whole-history keyword index would be a Query over every turn per search.
@@ -17,7 +17,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 
-from lib.context import tokens
+from lib import tokens
 from lib.search.embedders import Embedder
 from lib.storage.vectors import TURN, VectorStore
 

@@ -76,7 +76,7 @@ class Indexer:
     def embed(self, user_id: str, texts: Sequence[str], kind: str = "document") -> list[list[float]]:
         embedded = self.embedder.embed(texts, kind)  # type: ignore[arg-type]
         if self.ledger is not None:
-            from lib.turn.models import Usage
+            from lib.model.models import Usage
 
             self.ledger.record_tokens(user_id, self.embedder.model, Usage(input_tokens=embedded.tokens))
         return embedded.vectors

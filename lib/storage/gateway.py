@@ -28,7 +28,7 @@ from botocore.exceptions import (
 
 from lib import logs
 from lib.errors import ItemTooLarge, OutcomeUnknown, StoreUnavailable
-from lib.usage.capacity import Meter
+from lib.storage.capacity import Meter
 
 # Errors that mean "DynamoDB is there but will not serve us now"; botocore has
 # already retried them (standard/adaptive retry mode) when they reach us.

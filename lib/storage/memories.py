@@ -18,7 +18,7 @@ from lib.errors import ChatError, EmptyMessage
 from lib.storage import keys
 from lib.storage.gateway import Gateway, error_code, from_item, storable_text, to_item
 from lib.storage.records import Memory
-from lib.usage.capacity import Meter
+from lib.storage.capacity import Meter
 
 MEMORY_SWITCH = "memory"
 MEMORY_TEXT_MAX = 500  # characters: a memory is one fact, not a document

@@ -33,7 +33,7 @@ from lib.storage.cursor import CursorCodec
 from lib.storage.gateway import Gateway, cancellation_codes, error_code, from_item, storable_text, to_item
 from lib.storage.itemsize import item_size
 from lib.storage.records import DONE, FAILED, PENDING, Message, Page, Session, SessionSummary, SessionView, Summary
-from lib.usage.capacity import Meter
+from lib.storage.capacity import Meter
 
 # Re-exported: callers import these from the store they write through.
 __all__ = ["ANSWER_RESERVE_BYTES", "QUESTION_LIMIT_BYTES", "TITLE_MAX_CHARS", "ChatStore", "default_title",

@@ -17,7 +17,7 @@ from lib.storage import keys
 from lib.storage.gateway import Gateway, error_code, from_item, to_item
 from lib.storage.itemsize import item_size
 from lib.storage.records import Message, Summary
-from lib.usage.capacity import Meter
+from lib.storage.capacity import Meter
 
 OLDER_PAGES = 2  # the context engine's budget: at most 2 requests beyond what the page loaded
 

@@ -4,11 +4,11 @@ baseline (bench/context_recall.py).
 """
 from __future__ import annotations
 
-from lib.context import tokens
+from lib import tokens
 from lib.context.loader import Context, SessionContextLoader, Source
 from lib.context.recall import answered
 from lib.storage.records import Message
-from lib.turn.models import Prompt
+from lib.model.models import Prompt
 
 __all__ = ["Context", "SessionContextLoader", "build_context", "loaded_only"]
 

@@ -11,7 +11,7 @@ from lib import logs
 from lib.errors import ChatError
 from lib.storage.records import DONE, Session
 from lib.storage.store import ChatStore
-from lib.turn.models import ChatModel
+from lib.model.models import ChatModel
 from lib.turn.turns import Turn
 from lib.usage.ledger import Ledger
 

@@ -20,8 +20,8 @@ from lib.storage import keys
 from lib.turn.context import Context, loaded_only
 from lib.errors import ChatError, MessageNotPending
 from lib.usage.ledger import Ledger
-from lib.turn.models import ChatModel, Reply, Usage
-from lib.turn.prompts import system_prompt
+from lib.model.models import ChatModel, Reply, Usage
+from lib.model.prompts import system_prompt
 from lib.storage.records import Message, Session
 from lib.storage.store import ChatStore
 

@@ -30,7 +30,7 @@ class Category:
 
 
 OTHER = "Other"
-# Data, not code: a new meter action (lib.usage.capacity.ACTIONS) is one line here; until then it counts as
+# Data, not code: a new meter action (lib.storage.capacity.ACTIONS) is one line here; until then it counts as
 # Other under its own name. Ordered as stacked in the daily chart; colours from Tableau 10 (distinct, colour-blind
 # friendly).
 CATEGORIES = (

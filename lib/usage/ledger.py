@@ -25,8 +25,8 @@ from decimal import Decimal
 from typing import Any, Iterable
 
 from lib.storage import keys
-from lib.usage.capacity import Meter, Usage
-from lib.turn.models import Usage as TokenUsage
+from lib.storage.capacity import Meter, Usage
+from lib.model.models import Usage as TokenUsage
 from lib.storage.records import DONE, Message
 from lib import logs
 from lib.storage.gateway import Gateway, from_item, to_item

@@ -19,7 +19,8 @@ from lib.turn.flow import ContextNotes, title_first_turn
 from lib.turn.turns import Turn, begin_turn, retry_turn
 from lib.turn.worker import quietly
 from lib.search.indexer import index_turn_after_save
-from lib.web import export, live_view, turn_view, ui
+from lib import export
+from lib.web import live_view, turn_view, ui
 from lib.web.bootstrap import PageStart
 from lib.web.live_turns import LiveTurns
 from lib.web.render import plain_label

@@ -242,7 +242,7 @@ class Meter:
     def action(self, name: str, user: str | None = None) -> Iterator[None]:
         """Label every call made inside the block with `name` (one of ACTIONS) and the user it serves."""
         if name not in ACTIONS:
-            raise ValueError(f"unknown action {name!r}; add it to lib.usage.capacity.ACTIONS")
+            raise ValueError(f"unknown action {name!r}; add it to lib.storage.capacity.ACTIONS")
         token = self._action.set((name, user))
         try:
             yield

@@ -9,7 +9,7 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, NoRegionError
 
-from lib.usage.capacity import Meter
+from lib.storage.capacity import Meter
 from lib.config import Settings
 from lib.errors import ConfigError, StoreUnavailable
 from lib.embedded.server import LocalDynamo

@@ -1,7 +1,8 @@
 """Team Chat: the chat page (`streamlit run app.py`; pages/cost.py is the usage & cost page).
 
-Thin: the page's parts are drawn by lib.web.chat_page, state lives in lib.web.chat_view, DynamoDB in
-lib.storage.store, the model in lib.model.models, what happens around a turn in lib.turn.flow."""
+Thin: the page's parts are drawn by lib.web.chat_page, state lives in lib.web.chat_view, and every turn and
+write goes through the chat service (lib.turn.chat), which owns a turn's life."""
+
 from __future__ import annotations
 
 from lib.web.bootstrap import start_page

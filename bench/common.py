@@ -1,4 +1,5 @@
 """Shared bench plumbing: a fresh table on the embedded server, request counting, table printing."""
+
 from __future__ import annotations
 
 import sys
@@ -8,8 +9,8 @@ from typing import Any, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from lib.storage.capacity import Meter  # noqa: E402
 from lib.database import local_client, local_server  # noqa: E402
+from lib.storage.capacity import Meter  # noqa: E402
 from lib.storage.schema import create_table  # noqa: E402
 from lib.storage.store import ChatStore  # noqa: E402
 
@@ -25,8 +26,10 @@ def fresh_store() -> tuple[ChatStore, Meter, Any]:
 
 
 def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-    """A Markdown table, so figures paste straight into the README."""
-    cells = [[str(c) for c in headers]] + [[f"{c:,.2f}" if isinstance(c, float) else str(c) for c in row] for row in rows]
+    """A Markdown table, so figures paste straight into docs/performance.md."""
+    cells = [[str(c) for c in headers]] + [
+        [f"{c:,.2f}" if isinstance(c, float) else str(c) for c in row] for row in rows
+    ]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
     line = lambda r: "| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |"  # noqa: E731
     print(line(cells[0]))

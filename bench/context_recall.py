@@ -1,4 +1,4 @@
-"""Evidence recall of the context engine on a long conversation of our own (issue 12's main figure).
+"""Evidence recall of the context engine on a long conversation of our own (the engine's main figure).
 
     python bench/context_recall.py
 
@@ -16,6 +16,7 @@ whole chat, and the full history.
   reads: the memory Query and the older turns, shown separately).
 Then the input-token cost per turn at turn 100 of the main chat, replayed turn by turn as live turns.
 """
+
 from __future__ import annotations
 
 import json
@@ -32,14 +33,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from common import fresh_store, print_table  # noqa: E402
 from context_corpus import build  # noqa: E402
 
-from lib.config import Settings  # noqa: E402
 from lib import tokens  # noqa: E402
+from lib.config import Settings  # noqa: E402
 from lib.context.cache import ContextCache  # noqa: E402
 from lib.context.engine import ContextEngine  # noqa: E402
 from lib.context.importer import import_chats, load_file  # noqa: E402
-from lib.turn.context import build_context  # noqa: E402
 from lib.model.models import DemoModel  # noqa: E402
 from lib.model.prompts import system_prompt  # noqa: E402
+from lib.turn.context import build_context  # noqa: E402
 from lib.usage.pricing import CACHE_READ_FACTOR, CACHE_WRITE_FACTOR, MODEL_PRICES  # noqa: E402
 
 USER = "bench@example.com"
@@ -91,10 +92,12 @@ def main() -> None:
     memories, _ = engine.memories.load(USER)
     memory_sources = {m.memory_id: m.source_message_id for m in memories}
     every_turn = store.all_messages(USER, main_id)
-    print(f"corpus: {len(ids)} turns in {len(result.session_ids)} chats, {len(corpus.questions)} questions; "
-          f"imported in {import_s:.1f} s with {result.summaries} summaries and {result.memories} memories; "
-          f"full main chat {sum(tokens.count(m.input_body) + tokens.count(m.output_body) for m in every_turn):,} "
-          "tokens\n")
+    print(
+        f"corpus: {len(ids)} turns in {len(result.session_ids)} chats, {len(corpus.questions)} questions; "
+        f"imported in {import_s:.1f} s with {result.summaries} summaries and {result.memories} memories; "
+        f"full main chat {sum(tokens.count(m.input_body) + tokens.count(m.output_body) for m in every_turn):,} "
+        "tokens\n"
+    )
 
     view = store.open_session(USER, main_id)
     system = system_prompt(PROMPT_ID)
@@ -105,27 +108,61 @@ def main() -> None:
         cache, contexts, times = ContextCache(), [], []
         for question in corpus.questions:
             t0 = time.perf_counter()
-            contexts.append(engine.context(cache, USER, view.session, question.text, view.messages,
-                                           summary=view.summary, system_prompt_id=PROMPT_ID, budget=budget,
-                                           earlier_turns=view.session.message_count))
+            contexts.append(
+                engine.context(
+                    cache,
+                    USER,
+                    view.session,
+                    question.text,
+                    view.messages,
+                    summary=view.summary,
+                    system_prompt_id=PROMPT_ID,
+                    budget=budget,
+                    earlier_turns=view.session.message_count,
+                )
+            )
             times.append((time.perf_counter() - t0) * 1000)
-        for name, found, ms in (("today: newest loaded turns", today, None),
-                                ("sliding window, whole chat", window, None),
-                                ("context engine", contexts, times)):
+        for name, found, ms in (
+            ("today: newest loaded turns", today, None),
+            ("sliding window, whole chat", window, None),
+            ("context engine", contexts, times),
+        ):
             recall, coverage, median = score(corpus, ids, found, memory_sources)
-            rows.append([f"{budget:,}", name, f"{recall:.0f}%", f"{coverage:.0f}%", f"{median:,.0f}",
-                         f"{statistics.median(ms[1:]):.1f} ms (first {ms[0]:.0f} ms)" if ms else "-"])
-    for name, ablation in (("engine without memories", {"memories": False}),
-                           ("engine without recall", {"recall": False})):
+            rows.append(
+                [
+                    f"{budget:,}",
+                    name,
+                    f"{recall:.0f}%",
+                    f"{coverage:.0f}%",
+                    f"{median:,.0f}",
+                    f"{statistics.median(ms[1:]):.1f} ms (first {ms[0]:.0f} ms)" if ms else "-",
+                ]
+            )
+    for name, ablation in (
+        ("engine without memories", {"memories": False}),
+        ("engine without recall", {"recall": False}),
+    ):
         cache, contexts = ContextCache(), []
         if not ablation.get("memories", True):
             from lib.context.cache import MemoryState
+
             cache.memory[USER] = MemoryState([], False)
         no_recall = None if ablation.get("recall", True) else _NoRecall()
         for question in corpus.questions:
-            contexts.append(engine.context(cache, USER, view.session, question.text, view.messages,
-                                           summary=view.summary, system_prompt_id=PROMPT_ID, budget=2000,
-                                           earlier_turns=view.session.message_count, recall=no_recall))
+            contexts.append(
+                engine.context(
+                    cache,
+                    USER,
+                    view.session,
+                    question.text,
+                    view.messages,
+                    summary=view.summary,
+                    system_prompt_id=PROMPT_ID,
+                    budget=2000,
+                    earlier_turns=view.session.message_count,
+                    recall=no_recall,
+                )
+            )
         recall, coverage, median = score(corpus, ids, contexts, memory_sources)
         rows.append(["2,000", name, f"{recall:.0f}%", f"{coverage:.0f}%", f"{median:,.0f}", "-"])
     full = [build_context(system, every_turn, q.text, budget_tokens=10**9) for q in corpus.questions]
@@ -136,8 +173,17 @@ def main() -> None:
     by_kind: dict[str, list] = {}
     cache = ContextCache()
     for question in corpus.questions:
-        context = engine.context(cache, USER, view.session, question.text, view.messages, summary=view.summary,
-                                 system_prompt_id=PROMPT_ID, budget=2000, earlier_turns=view.session.message_count)
+        context = engine.context(
+            cache,
+            USER,
+            view.session,
+            question.text,
+            view.messages,
+            summary=view.summary,
+            system_prompt_id=PROMPT_ID,
+            budget=2000,
+            earlier_turns=view.session.message_count,
+        )
         by_kind.setdefault(question.kind, []).append((question, context))
     print("\nEngine at 2,000 tokens, by kind of question:\n")
     kind_rows = []
@@ -162,18 +208,35 @@ def cost_at_turn_100(corpus) -> None:
         from lib.context.importer import _time  # the importer's own time parsing
         from lib.storage import keys
 
-        with keys.clock(lambda t=_time(turn["time"], "bench"): t):
+        with keys.clock(lambda t=_time(turn["time"], "bench"): t):  # noqa: B008 (binds this turn's time)
             if session is None:
                 session, pending = store.create_session(USER, turn["question"], system_prompt_id=PROMPT_ID)
             else:
                 session, pending = store.send_message(USER, session, turn["question"], system_prompt_id=PROMPT_ID)
         contexts = {
-            "today (newest turns within 24,000)": build_context(system_prompt(PROMPT_ID), history, turn["question"],
-                                                                budget_tokens=24000),
-            "engine, 2,000": engine.context(cache, USER, session, turn["question"], history, summary=summary,
-                                            system_prompt_id=PROMPT_ID, budget=2000),
-            "engine, 24,000": engine.context(cache, USER, session, turn["question"], history, summary=summary,
-                                             system_prompt_id=PROMPT_ID, budget=24000),
+            "today (newest turns within 24,000)": build_context(
+                system_prompt(PROMPT_ID), history, turn["question"], budget_tokens=24000
+            ),
+            "engine, 2,000": engine.context(
+                cache,
+                USER,
+                session,
+                turn["question"],
+                history,
+                summary=summary,
+                system_prompt_id=PROMPT_ID,
+                budget=2000,
+            ),
+            "engine, 24,000": engine.context(
+                cache,
+                USER,
+                session,
+                turn["question"],
+                history,
+                summary=summary,
+                system_prompt_id=PROMPT_ID,
+                budget=24000,
+            ),
         }
         if n > 90:
             for name, context in contexts.items():
@@ -184,13 +247,22 @@ def cost_at_turn_100(corpus) -> None:
                 rows.append((n, name, context.tokens, prefix, context.tokens * price, cached if prefix else None))
         for name, context in contexts.items():
             previous_prefix[name] = context.prompt.cache_prefix
-        saved = store.finish_message(USER, pending, output_body=turn["answer"], input_token=1, output_token=1,
-                                     response_start_time=pending.create_time, response_end_time=pending.create_time)
+        saved = store.finish_message(
+            USER,
+            pending,
+            output_body=turn["answer"],
+            input_token=1,
+            output_token=1,
+            response_start_time=pending.create_time,
+            response_end_time=pending.create_time,
+        )
         history = (history + [saved])[-20:] if False else history + [saved]
         summary = engine.summarize_after_save(USER, session, history[-20:], summary).summary
         engine.extract_memories_after_save(cache, USER, saved)
-    print("\nInput cost per turn, turns 91-100 of the main chat replayed as live turns (claude-sonnet-4-6 list "
-          "price $3/M input; cache reads 0.1x, writes 1.25x when the prefix changed since the previous turn):\n")
+    print(
+        "\nInput cost per turn, turns 91-100 of the main chat replayed as live turns (claude-sonnet-4-6 list "
+        "price $3/M input; cache reads 0.1x, writes 1.25x when the prefix changed since the previous turn):\n"
+    )
     table = []
     for name in ("today (newest turns within 24,000)", "engine, 2,000", "engine, 24,000"):
         mine = [r for r in rows if r[1] == name]
@@ -198,10 +270,27 @@ def cost_at_turn_100(corpus) -> None:
         plain = sum(r[4] for r in mine) / len(mine)
         cached = [r[5] if r[5] is not None else r[4] for r in mine]
         floor = [r[5] if r[5] is not None and r[3] >= CACHE_FLOOR else r[4] for r in mine]
-        table.append([name, f"{at100[2]:,}", f"{at100[3]:,}", f"${plain * 1000:.2f}",
-                      f"${sum(floor) / len(floor) * 1000:.2f}", f"${sum(cached) / len(cached) * 1000:.2f}"])
-    print_table(["context", "input tokens at turn 100", "stable prefix", "$ per 1,000 turns, no caching",
-                 f"with caching (prefix >= {CACHE_FLOOR:,})", "with caching, if any prefix were cached"], table)
+        table.append(
+            [
+                name,
+                f"{at100[2]:,}",
+                f"{at100[3]:,}",
+                f"${plain * 1000:.2f}",
+                f"${sum(floor) / len(floor) * 1000:.2f}",
+                f"${sum(cached) / len(cached) * 1000:.2f}",
+            ]
+        )
+    print_table(
+        [
+            "context",
+            "input tokens at turn 100",
+            "stable prefix",
+            "$ per 1,000 turns, no caching",
+            f"with caching (prefix >= {CACHE_FLOOR:,})",
+            "with caching, if any prefix were cached",
+        ],
+        table,
+    )
 
 
 if __name__ == "__main__":

@@ -2,10 +2,12 @@
 
     python bench/first_token.py
 
-From "send" to the first streamed chunk the app makes exactly one DynamoDB round trip (the transaction
-that commits the question). Two instant models: the in-process demo model, and the real `anthropic`
+The turn here is the store's part alone (no context engine): from "send" to the first streamed chunk it makes
+exactly one DynamoDB round trip, the transaction that commits the question (the page's context engine adds
+its reads: docs/context.md). Two instant models: the in-process demo model, and the real `anthropic`
 client against a local server speaking the streaming protocol (adds the SDK and HTTP).
 """
+
 from __future__ import annotations
 
 import statistics
@@ -32,8 +34,9 @@ def measure(store, meter, model, user):
     for _ in range(RUNS):
         meter.clear()
         t0 = time.perf_counter()
-        turn = begin_turn(store, model, user, session, "how fast is this?", [], system_prompt_id="p",
-                          budget_tokens=1000)
+        turn = begin_turn(
+            store, model, user, session, "how fast is this?", [], system_prompt_id="p", budget_tokens=1000
+        )
         t1 = time.perf_counter()
         chunks = iter(turn)
         next(chunks)
@@ -51,16 +54,27 @@ def measure(store, meter, model, user):
 def main() -> None:
     store, meter, _ = fresh_store()
     fake = FakeAnthropic()
-    anthropic_model = make_model(Settings.load(env={"ANTHROPIC_API_KEY": "sk-bench", "CHAT_ANTHROPIC_BASE_URL": fake.url},
-                                               secrets={}))
+    anthropic_model = make_model(
+        Settings.load(env={"ANTHROPIC_API_KEY": "sk-bench", "CHAT_ANTHROPIC_BASE_URL": fake.url}, secrets={})
+    )
     rows = []
-    for label, model in (("demo model (in process)", DemoModel(delay_s=0)),
-                         ("anthropic SDK -> local SSE server", anthropic_model)):
+    for label, model in (
+        ("demo model (in process)", DemoModel(delay_s=0)),
+        ("anthropic SDK -> local SSE server", anthropic_model),
+    ):
         commit, first, requests = measure(store, meter, model, f"ttft-{model.provider}")
         rows.append([label, requests, f"{commit:.2f}", f"{first:.2f}", f"{commit / first:.0%}"])
     fake.close()
-    print_table(["model (answers instantly)", "DynamoDB requests before the first chunk", "commit ms (median)",
-                 "send -> first chunk ms (median)", "storage share"], rows)
+    print_table(
+        [
+            "model (answers instantly)",
+            "DynamoDB requests before the first chunk",
+            "commit ms (median)",
+            "send -> first chunk ms (median)",
+            "storage share",
+        ],
+        rows,
+    )
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ Each simulated user repeats the design's turn (2 sidebar loads, 1 open, 1 send, 
 pace, on a simulated clock; the ledger flushes every CHAT_LEDGER_FLUSH_S of simulated time, exactly as the
 app's background thread does. Costs are modeled units × on-demand prices.
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -41,8 +42,15 @@ def run(pace_s: float, flush_s: float) -> dict:
                 else:
                     store.open_session(user, session.session_id)
                     session, message = store.send_message(user, session, "q", system_prompt_id="p")
-                done = store.finish_message(user, message, output_body="a" * 3800, input_token=1, output_token=1,
-                                            response_start_time=message.create_time, response_end_time=keys.now())
+                done = store.finish_message(
+                    user,
+                    message,
+                    output_body="a" * 3800,
+                    input_token=1,
+                    output_token=1,
+                    response_start_time=message.create_time,
+                    response_end_time=keys.now(),
+                )
                 ledger.record_turn(user, done, None, "demo")
                 store.list_sessions(user)
                 sessions[user] = session
@@ -52,13 +60,21 @@ def run(pace_s: float, flush_s: float) -> dict:
     for r in records:
         dollars = PRICES.dynamodb(r.units if r.kind == "write" else 0, r.units if r.kind == "read" else 0)
         cost["ledger" if r.action == "ledger" else "turns"] += dollars
-    item = client.get_item(TableName=store._table, Key={"pk": {"S": f"USAGE#{keys.day_of(keys.format_time(start))}"},
-                                                         "sk": {"S": "USER#user0@example.com"}})["Item"]
+    item = client.get_item(
+        TableName=store._table,
+        Key={"pk": {"S": f"USAGE#{keys.day_of(keys.format_time(start))}"}, "sk": {"S": "USER#user0@example.com"}},
+    )["Item"]
     from lib.storage.itemsize import item_size
 
     ledger_writes = sum(1 for r in records if r.action == "ledger")
-    return {"pace": pace_s, "flush": flush_s, "turns": USERS * TURNS, "ledger writes": ledger_writes,
-            "bucket bytes": item_size(item), "overhead": cost["ledger"] / cost["turns"]}
+    return {
+        "pace": pace_s,
+        "flush": flush_s,
+        "turns": USERS * TURNS,
+        "ledger writes": ledger_writes,
+        "bucket bytes": item_size(item),
+        "overhead": cost["ledger"] / cost["turns"],
+    }
 
 
 def main() -> None:
@@ -66,10 +82,27 @@ def main() -> None:
     for flush_s in (30, 120, 300):
         for pace_s in (30, 60, 120, 300):
             r = run(pace_s, flush_s)
-            rows.append([f"{r['pace']:.0f} s", f"{r['flush']:.0f} s", r["turns"], r["ledger writes"],
-                         r["bucket bytes"], f"{r['overhead']:.1%}"])
-    print_table(["time between a user's turns", "flush interval", "turns", "ledger writes",
-                 "bucket item (bytes)", "ledger / turn DynamoDB cost"], rows)
+            rows.append(
+                [
+                    f"{r['pace']:.0f} s",
+                    f"{r['flush']:.0f} s",
+                    r["turns"],
+                    r["ledger writes"],
+                    r["bucket bytes"],
+                    f"{r['overhead']:.1%}",
+                ]
+            )
+    print_table(
+        [
+            "time between a user's turns",
+            "flush interval",
+            "turns",
+            "ledger writes",
+            "bucket item (bytes)",
+            "ledger / turn DynamoDB cost",
+        ],
+        rows,
+    )
 
 
 if __name__ == "__main__":

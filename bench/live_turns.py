@@ -1,4 +1,4 @@
-"""Answers written by workers (issue 10): cost per concurrent generation, Stop, watching, the hot tier's reads.
+"""Answers written by workers: cost per concurrent generation, Stop, watching, the hot tier's reads.
 
     python bench/live_turns.py                    # about 3 minutes
     python bench/live_turns.py --watch-seconds 20 # a shorter watched answer, same chunk rate
@@ -16,6 +16,7 @@
 4. With a real redis-server (if installed): Query requests and read units for 10 opens of a 20-turn chat,
    without and with the hot tier.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -50,8 +51,19 @@ def _ours(snapshot) -> int:
 
 
 def start_turns(store, gens, model, n):
-    turns = [begin_turn(store, model, f"{USER}-{i}", None, f"question {i} about DynamoDB keys", [],
-                        system_prompt_id="default-v1", budget_tokens=4000) for i in range(n)]
+    turns = [
+        begin_turn(
+            store,
+            model,
+            f"{USER}-{i}",
+            None,
+            f"question {i} about DynamoDB keys",
+            [],
+            system_prompt_id="default-v1",
+            budget_tokens=4000,
+        )
+        for i in range(n)
+    ]
     return [gens.start(t) for t in turns]
 
 
@@ -97,8 +109,16 @@ def concurrency(sizes):
     finally:
         worker.Generations._run = run
     print("\n### N concurrent generations in one process (demo model, ~90 chunks at 0.02 s)\n")
-    print_table(["N", "worker CPU per generation (ms)", "Python memory held per generation mid-answer (KB)",
-                 "wall time for all N (s)", "threads after"], rows)
+    print_table(
+        [
+            "N",
+            "worker CPU per generation (ms)",
+            "Python memory held per generation mid-answer (KB)",
+            "wall time for all N (s)",
+            "threads after",
+        ],
+        rows,
+    )
 
 
 def stop_timing(trials):
@@ -107,8 +127,9 @@ def stop_timing(trials):
     from tests.fake_anthropic import Behaviour, FakeAnthropic
 
     fake = FakeAnthropic()
-    model = AnthropicModel(anthropic.Anthropic(api_key="sk-bench", base_url=fake.url, max_retries=0),
-                           "claude-bench", 4096)
+    model = AnthropicModel(
+        anthropic.Anthropic(api_key="sk-bench", base_url=fake.url, max_retries=0), "claude-bench", 4096
+    )
     store, _, _ = fresh_store()
     gens = Generations()
     closed, received_after, sent_after = [], [], []
@@ -116,8 +137,9 @@ def stop_timing(trials):
         for _ in range(trials):
             fake.enqueue(Behaviour("text", chunks=["word "] * 400, chunk_delay_s=0.02))
             streams_before = len(fake.streams)
-            live = gens.start(begin_turn(store, model, USER, None, "stop me", [], system_prompt_id="default-v1",
-                                         budget_tokens=4000))
+            live = gens.start(
+                begin_turn(store, model, USER, None, "stop me", [], system_prompt_id="default-v1", budget_tokens=4000)
+            )
             while live.chunks < 10:
                 time.sleep(0.005)
             record = fake.streams[streams_before]
@@ -132,11 +154,14 @@ def stop_timing(trials):
     finally:
         fake.close()
     print(f"\n### Stop ({trials} answers, real anthropic client, fake server: 400 chunks 0.02 s apart)\n")
-    print_table(["", "median", "max"], [
-        ("Stop to HTTP stream closed (ms)", statistics.median(closed), max(closed)),
-        ("chunks the worker received after Stop", statistics.median(received_after), max(received_after)),
-        ("chunks the server sent after Stop", statistics.median(sent_after), max(sent_after)),
-    ])
+    print_table(
+        ["", "median", "max"],
+        [
+            ("Stop to HTTP stream closed (ms)", statistics.median(closed), max(closed)),
+            ("chunks the worker received after Stop", statistics.median(received_after), max(received_after)),
+            ("chunks the server sent after Stop", statistics.median(sent_after), max(sent_after)),
+        ],
+    )
 
 
 def watching(seconds):
@@ -147,8 +172,13 @@ def watching(seconds):
 
     fake = FakeAnthropic()
     rate = 30
-    os.environ.update(CHAT_TABLE=f"bench-{uuid.uuid4().hex[:8]}", CHAT_DATA_DIR=":memory:",
-                      ANTHROPIC_API_KEY="sk-bench", CHAT_ANTHROPIC_BASE_URL=fake.url, CHAT_MODEL_MAX_RETRIES="0")
+    os.environ.update(
+        CHAT_TABLE=f"bench-{uuid.uuid4().hex[:8]}",
+        CHAT_DATA_DIR=":memory:",
+        ANTHROPIC_API_KEY="sk-bench",
+        CHAT_ANTHROPIC_BASE_URL=fake.url,
+        CHAT_MODEL_MAX_RETRIES="0",
+    )
     from tests.pages import APP, DEV, generations, services
 
     try:
@@ -176,10 +206,26 @@ def watching(seconds):
     finally:
         fake.close()
     print(f"\n### A second tab watching a {seconds} s answer ({rate} chunks a second)\n")
-    print_table(["page runs", "seconds it followed", "live buffer reads", "requests to open the chat",
-                 "DynamoDB requests while following", "the worker's own (save, memories)"],
-                [(1, elapsed, reads[0], ", ".join(f"{r.operation} {r.action}" for r in opening), len(watched),
-                  ", ".join(f"{r.operation} {r.action}" for r in worker_made))])
+    print_table(
+        [
+            "page runs",
+            "seconds it followed",
+            "live buffer reads",
+            "requests to open the chat",
+            "DynamoDB requests while following",
+            "the worker's own (save, memories)",
+        ],
+        [
+            (
+                1,
+                elapsed,
+                reads[0],
+                ", ".join(f"{r.operation} {r.action}" for r in opening),
+                len(watched),
+                ", ".join(f"{r.operation} {r.action}" for r in worker_made),
+            )
+        ],
+    )
 
 
 def hot_reads(opens):
@@ -193,16 +239,24 @@ def hot_reads(opens):
     store, meter, _ = fresh_store()
     session, _ = store.create_session(USER, "a 20-turn chat " + "x" * 2000, system_prompt_id="default-v1")
     for i in range(19):
-        session, message = store.send_message(USER, session, f"turn {i} " + "y" * 2000,
-                                              system_prompt_id="default-v1")
-        store.finish_message(USER, message, output_body="z" * 6000, input_token=1, output_token=1,
-                             response_start_time=message.create_time, response_end_time=message.create_time)
+        session, message = store.send_message(USER, session, f"turn {i} " + "y" * 2000, system_prompt_id="default-v1")
+        store.finish_message(
+            USER,
+            message,
+            output_body="z" * 6000,
+            input_token=1,
+            output_token=1,
+            response_start_time=message.create_time,
+            response_end_time=message.create_time,
+        )
     rows = []
     with tempfile.TemporaryDirectory() as folder:
         server = RedisServer(folder).start()
         try:
-            for label, hot in (("DynamoDB alone", None),
-                               ("with the hot tier", HotTier.connect(server.url, prefix="bench:", ttl_s=300))):
+            for label, hot in (
+                ("DynamoDB alone", None),
+                ("with the hot tier", HotTier.connect(server.url, prefix="bench:", ttl_s=300)),
+            ):
                 before = len(meter.records())
                 for _ in range(opens):
                     ChatView(USER).navigate(store, session.session_id, hot)

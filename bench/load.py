@@ -6,6 +6,7 @@ Each simulated user loops: sidebar -> open -> send -> finish. Every third user i
 previous user, on the same session, so sends race on `last_message_time` and must be serialized by the
 transaction's condition. At the end every user's history is checked with lib.ops.invariants: 0 violations.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -16,9 +17,9 @@ from collections import defaultdict
 
 from common import fresh_store, print_table
 
-from lib.storage import keys
 from lib.errors import MessageNotPending, SessionChanged
 from lib.ops.invariants import check_user
+from lib.storage import keys
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -58,16 +59,24 @@ def main() -> None:
             view = timed("open", lambda: store.open_session(user, session.session_id))
             session = view.session  # the tab's :old, possibly already stale when it sends
             try:
-                session, message = timed("send", lambda: store.send_message(user, session, "q",
-                                                                             system_prompt_id="p"))
+                session, message = timed("send", lambda: store.send_message(user, session, "q", system_prompt_id="p"))
             except SessionChanged:
                 with lock:
                     counts["send gave up (SessionChanged)"] += 1
                 continue
             try:
-                timed("finish", lambda: store.finish_message(user, message, output_body="a" * 2000, input_token=5,
-                                                             output_token=400, response_start_time=message.create_time,
-                                                             response_end_time=keys.now()))
+                timed(
+                    "finish",
+                    lambda: store.finish_message(
+                        user,
+                        message,
+                        output_body="a" * 2000,
+                        input_token=5,
+                        output_token=400,
+                        response_start_time=message.create_time,
+                        response_end_time=keys.now(),
+                    ),
+                )
             except MessageNotPending:
                 with lock:
                     counts["finish lost"] += 1
@@ -84,11 +93,15 @@ def main() -> None:
     violations = []
     for owner in set(users):
         violations += check_user(client, store._table, owner).violations
-    rows = [[name, len(values), f"{statistics.median(values):.2f}", f"{percentile(values, 0.99):.2f}"]
-            for name, values in timings.items()]
-    print(f"{args.users} threads ({len(set(users))} users, {args.users - len(set(users))} second tabs), "
-          f"{elapsed:.0f} s: {counts['turns']} turns, {counts['turns'] / elapsed:.1f} turns/s, "
-          f"{counts['send gave up (SessionChanged)']} sends gave up after retries\n")
+    rows = [
+        [name, len(values), f"{statistics.median(values):.2f}", f"{percentile(values, 0.99):.2f}"]
+        for name, values in timings.items()
+    ]
+    print(
+        f"{args.users} threads ({len(set(users))} users, {args.users - len(set(users))} second tabs), "
+        f"{elapsed:.0f} s: {counts['turns']} turns, {counts['turns'] / elapsed:.1f} turns/s, "
+        f"{counts['send gave up (SessionChanged)']} sends gave up after retries\n"
+    )
     print_table(["operation", "requests", "p50 ms", "p99 ms"], rows)
     print(f"\ninvariant violations: {len(violations)}")
     for line in violations[:10]:

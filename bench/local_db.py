@@ -11,6 +11,7 @@ Streamlit runs after every script run). "sqlite FULL" is the same code with
 With Debian's chromium installed, also `streamlit run app.py` cold, to the first page rendered in Chromium
 with its sidebar rows, and the server's RSS then (the journal runs through the app via APP_WITH_JOURNAL).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,7 +35,7 @@ DEV_USER = "dev@localhost"
 TURNS_PER_SESSION = 10  # + a meta and a sidebar row: 12 items per session
 IMPLS = ("journal", "sqlite", "sqlite FULL")
 
-CHILD = r'''
+CHILD = r"""
 import gc, json, os, statistics, sys, time
 impl, folder, old_path = sys.argv[1], sys.argv[2], sys.argv[3]
 started = time.perf_counter()
@@ -117,11 +118,11 @@ for _ in range(5):
 print("rest", json.dumps({"writes": writes, "cpu": {k: statistics.median(v) for k, v in cpu.items()}, "gc_ms": statistics.median(gcs), "opened": opened,
                           "tracked": len(gc.get_objects()), "rss_after_mb": rss_mb()}), flush=True)
 server.stop()
-'''
+"""
 
 
 # `streamlit run app.py` with the journal implementation swapped in, started as the old open_database did.
-APP_WITH_JOURNAL = r'''
+APP_WITH_JOURNAL = r"""
 import sys
 sys.path.insert(0, sys.argv.pop(1))
 from old_embedded.server import LocalDynamo as Journal
@@ -139,7 +140,7 @@ database.LocalDynamo = JournalStarted
 from streamlit.web import cli
 sys.argv = ["streamlit"] + sys.argv[1:]
 cli.main()
-'''
+"""
 
 
 def first_render(impl: str, folder: Path, old: Path, chromium: str) -> tuple[float, float]:
@@ -154,8 +155,9 @@ def first_render(impl: str, folder: Path, old: Path, chromium: str) -> tuple[flo
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     args = ["run", "app.py", "--server.port", str(port), "--server.address", "127.0.0.1", "--server.headless", "true"]
-    command = ([sys.executable, "-c", APP_WITH_JOURNAL, str(old)] if impl == "journal"
-               else [sys.executable, "-m", "streamlit"]) + args
+    command = (
+        [sys.executable, "-c", APP_WITH_JOURNAL, str(old)] if impl == "journal" else [sys.executable, "-m", "streamlit"]
+    ) + args
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CHAT_", "ANTHROPIC_"))}
     env.update(CHAT_DATA_DIR=str(folder), CHAT_TABLE="chat")
     with sync_playwright() as playwright:
@@ -173,10 +175,14 @@ def first_render(impl: str, folder: Path, old: Path, chromium: str) -> tuple[flo
                     time.sleep(0.05)
             page.goto(f"http://127.0.0.1:{port}")
             page.locator("[data-testid='stSidebar']").get_by_role(
-                "button", name=re.compile(r"^chat \d+")).first.wait_for(timeout=300_000)
+                "button", name=re.compile(r"^chat \d+")
+            ).first.wait_for(timeout=300_000)
             elapsed = time.perf_counter() - began
-            rss = next(int(line.split()[1]) / 1024 for line in Path(f"/proc/{server.pid}/status").read_text()
-                       .splitlines() if line.startswith("VmRSS:"))
+            rss = next(
+                int(line.split()[1]) / 1024
+                for line in Path(f"/proc/{server.pid}/status").read_text().splitlines()
+                if line.startswith("VmRSS:")
+            )
         finally:
             server.terminate()
             server.wait(timeout=30)
@@ -190,10 +196,12 @@ def old_implementation(into: Path) -> Path:
     package.mkdir(parents=True)
     (package / "__init__.py").write_text("")
     for name in ("server.py", "moto_patches.py"):
-        text = subprocess.run(["git", "show", f"{OLD_COMMIT}:lib/embedded/{name}"], cwd=ROOT, check=True,
-                              capture_output=True, text=True).stdout
-        (package / name).write_text(text.replace("from lib.embedded import moto_patches",
-                                                 "from old_embedded import moto_patches"))
+        text = subprocess.run(
+            ["git", "show", f"{OLD_COMMIT}:lib/embedded/{name}"], cwd=ROOT, check=True, capture_output=True, text=True
+        ).stdout
+        (package / name).write_text(
+            text.replace("from lib.embedded import moto_patches", "from old_embedded import moto_patches")
+        )
     return into
 
 
@@ -208,6 +216,7 @@ def generate(folder: Path, items: int, seed: int = 4) -> None:
     written = 0
     day = 0
     with (folder / "snapshot.jsonl").open("w", encoding="utf-8") as out:
+
         def put(key: dict, **values: object) -> None:
             nonlocal written
             image = {k: {"S": v} for k, v in key.items()}
@@ -221,14 +230,30 @@ def generate(folder: Path, items: int, seed: int = 4) -> None:
             day += 1
             at = f"2026-{1 + day // 28 % 12:02d}-{1 + day % 28:02d}T10:00:{day % 60:02d}.{day % 1000:03d}Z"
             sid = keys.new_id()
-            put(keys.meta_key(user, sid), session_id=sid, user_id=user, title=f"chat {day}", create_time=at,
-                last_message_time=at, message_count=TURNS_PER_SESSION)
+            put(
+                keys.meta_key(user, sid),
+                session_id=sid,
+                user_id=user,
+                title=f"chat {day}",
+                create_time=at,
+                last_message_time=at,
+                message_count=TURNS_PER_SESSION,
+            )
             put(keys.list_key(user, at, sid), session_id=sid, title=f"chat {day}")
             for _ in range(TURNS_PER_SESSION):
                 mid = keys.new_id()
-                put(keys.message_key(user, sid, mid), message_id=mid, session_id=sid, create_time=at,
-                    input_body="question " * rng.randint(5, 40), output_body="answer text " * rng.randint(60, 190),
-                    input_token=50, output_token=400, system_prompt_id="default-v1", status="done")
+                put(
+                    keys.message_key(user, sid, mid),
+                    message_id=mid,
+                    session_id=sid,
+                    create_time=at,
+                    input_body="question " * rng.randint(5, 40),
+                    output_body="answer text " * rng.randint(60, 190),
+                    input_token=50,
+                    output_token=400,
+                    system_prompt_id="default-v1",
+                    status="done",
+                )
     (folder / "journal.jsonl").write_text("")
 
 
@@ -236,8 +261,14 @@ def child(impl: str, folder: Path, old: Path, **env: str) -> dict:
     import os
 
     began = time.perf_counter()
-    process = subprocess.Popen([sys.executable, "-c", CHILD, impl, str(folder), str(old)], cwd=ROOT,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **env})
+    process = subprocess.Popen(
+        [sys.executable, "-c", CHILD, impl, str(folder), str(old)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **env},
+    )
     result: dict = {}
     for line in process.stdout:
         tag, _, payload = line.partition(" ")
@@ -286,7 +317,8 @@ def main() -> None:
                 for size in sizes:
                     for impl in IMPLS[:2]:
                         rendered.setdefault((impl, size), []).append(
-                            first_render(impl, folders[(impl, size)], old, chromium))
+                            first_render(impl, folders[(impl, size)], old, chromium)
+                        )
 
         def med(impl: str, size: int, field: str) -> float:
             return statistics.median(r[field] for r in results[(impl, size)])
@@ -297,15 +329,34 @@ def main() -> None:
 
         print(f"\n{args.runs} runs per cell, sizes and implementations interleaved; sizes in items.\n")
         print("Cold start: launching `python` to the first sidebar Query answered, and RSS then")
-        print_table(["items", "journal: s", "sqlite: s", "journal: RSS MB", "sqlite: RSS MB", "one-time import s"],
-                    [[f"{s:,}", span("journal", s, "cold_s"), span("sqlite", s, "cold_s"),
-                      med("journal", s, "rss_mb"), med("sqlite", s, "rss_mb"), migration[s]] for s in sizes])
+        print_table(
+            ["items", "journal: s", "sqlite: s", "journal: RSS MB", "sqlite: RSS MB", "one-time import s"],
+            [
+                [
+                    f"{s:,}",
+                    span("journal", s, "cold_s"),
+                    span("sqlite", s, "cold_s"),
+                    med("journal", s, "rss_mb"),
+                    med("sqlite", s, "rss_mb"),
+                    migration[s],
+                ]
+                for s in sizes
+            ],
+        )
         if rendered:
             print("\nCold start in Chromium: launching `streamlit run app.py` to the first page with its sidebar rows")
-            print_table(["items", "journal: s", "sqlite: s", "journal: RSS MB", "sqlite: RSS MB"], [
-                [f"{s:,}"] + [f"{min(t for t, _ in rendered[(i, s)]):,.2f}-{max(t for t, _ in rendered[(i, s)]):,.2f}"
-                              for i in IMPLS[:2]] + [statistics.median(r for _, r in rendered[(i, s)])
-                                                      for i in IMPLS[:2]] for s in sizes])
+            print_table(
+                ["items", "journal: s", "sqlite: s", "journal: RSS MB", "sqlite: RSS MB"],
+                [
+                    [f"{s:,}"]
+                    + [
+                        f"{min(t for t, _ in rendered[(i, s)]):,.2f}-{max(t for t, _ in rendered[(i, s)]):,.2f}"
+                        for i in IMPLS[:2]
+                    ]
+                    + [statistics.median(r for _, r in rendered[(i, s)]) for i in IMPLS[:2]]
+                    for s in sizes
+                ],
+            )
         print("\nWrite latency, median ms (60 of each per run; the store's requests and raw ones)")
         kinds = list(results[("journal", sizes[0])][0]["writes"])
         rows = []
@@ -315,10 +366,13 @@ def main() -> None:
                 q = statistics.median(r["writes"][kind] for r in results[("sqlite", s)])
                 f = statistics.median(r["writes"][kind] for r in results[("sqlite FULL", s)])
                 rows.append([f"{s:,}", kind, j, q, f"{(q / j - 1) * 100:+.0f}%", f, f"{(f / j - 1) * 100:+.0f}%"])
-        print_table(["items", "request", "journal", "sqlite", "sqlite vs journal", "sqlite FULL", "FULL vs journal"],
-                    rows)
-        print("\nCPU time per write request, median ms (client and server share the process; waiting for a busy "
-              "CPU or an fsync is not counted)")
+        print_table(
+            ["items", "request", "journal", "sqlite", "sqlite vs journal", "sqlite FULL", "FULL vs journal"], rows
+        )
+        print(
+            "\nCPU time per write request, median ms (client and server share the process; waiting for a busy "
+            "CPU or an fsync is not counted)"
+        )
         short = ["create", "send", "finish", "put", "delete", "batch"]
         rows = []
         for s in sizes:
@@ -328,11 +382,31 @@ def main() -> None:
                 rows.append([f"{s:,}", kind, j, q, f"{(q / j - 1) * 100:+.0f}%"])
         print_table(["items", "request", "journal", "sqlite", "sqlite vs journal"], rows)
         print("\ngc.collect(2) after 300 sessions were opened (Streamlit runs it after every script run)")
-        print_table(["items", "journal: ms", "sqlite, gc.freeze after loads: ms", "sqlite, no freeze: ms",
-                     "journal: objects gc walks", "sqlite: objects gc walks", "journal: RSS MB", "sqlite: RSS MB"],
-                    [[f"{s:,}", med("journal", s, "gc_ms"), med("sqlite", s, "gc_ms"), no_freeze[s]["gc_ms"],
-                      f"{int(med('journal', s, 'tracked')):,}", f"{int(med('sqlite', s, 'tracked')):,}",
-                      med("journal", s, "rss_after_mb"), med("sqlite", s, "rss_after_mb")] for s in sizes])
+        print_table(
+            [
+                "items",
+                "journal: ms",
+                "sqlite, gc.freeze after loads: ms",
+                "sqlite, no freeze: ms",
+                "journal: objects gc walks",
+                "sqlite: objects gc walks",
+                "journal: RSS MB",
+                "sqlite: RSS MB",
+            ],
+            [
+                [
+                    f"{s:,}",
+                    med("journal", s, "gc_ms"),
+                    med("sqlite", s, "gc_ms"),
+                    no_freeze[s]["gc_ms"],
+                    f"{int(med('journal', s, 'tracked')):,}",
+                    f"{int(med('sqlite', s, 'tracked')):,}",
+                    med("journal", s, "rss_after_mb"),
+                    med("sqlite", s, "rss_after_mb"),
+                ]
+                for s in sizes
+            ],
+        )
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

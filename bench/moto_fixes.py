@@ -10,6 +10,7 @@ how the threads interleave, so it varies from run to run: on stock moto 3 to 17 
 recorded for this project (3-5, 7 and 12-17 in earlier runs; 10, 12 and 13 in the latest three), 0 on
 the embedded server in every run. State it as a range, never as one run's figure.
 """
+
 from __future__ import annotations
 
 import json
@@ -33,11 +34,12 @@ def rss_mb() -> float:
 
 def worker(mode: str) -> dict:
     sys.path.insert(0, str(ROOT))
+    import boto3
+
     from lib.database import RETRIES
     from lib.errors import SessionChanged
     from lib.storage.schema import create_table
     from lib.storage.store import ChatStore
-    import boto3
 
     if mode == "moto":
         from moto.server import ThreadedMotoServer
@@ -50,8 +52,14 @@ def worker(mode: str) -> dict:
         from lib.embedded.server import LocalDynamo
 
         endpoint = LocalDynamo(None).start().endpoint_url
-    client = boto3.session.Session().client("dynamodb", region_name="us-east-1", endpoint_url=endpoint,
-                                            aws_access_key_id="x", aws_secret_access_key="x", config=RETRIES)
+    client = boto3.session.Session().client(
+        "dynamodb",
+        region_name="us-east-1",
+        endpoint_url=endpoint,
+        aws_access_key_id="x",
+        aws_secret_access_key="x",
+        config=RETRIES,
+    )
     out: dict = {"latency_ms": {}}
 
     def new_store():
@@ -61,10 +69,22 @@ def worker(mode: str) -> dict:
 
     def fill(name, n):  # n filler items written 25 at a time (a transaction per item would be O(n^2) on stock moto)
         for start in range(0, n, 25):
-            client.batch_write_item(RequestItems={name: [
-                {"PutRequest": {"Item": {"pk": {"S": f"USER#filler-{i % 50}"}, "sk": {"S": f"SES#{i:08d}"},
-                                         "title": {"S": "filler " * 20}}}}
-                for i in range(start, min(start + 25, n))]})
+            client.batch_write_item(
+                RequestItems={
+                    name: [
+                        {
+                            "PutRequest": {
+                                "Item": {
+                                    "pk": {"S": f"USER#filler-{i % 50}"},
+                                    "sk": {"S": f"SES#{i:08d}"},
+                                    "title": {"S": "filler " * 20},
+                                }
+                            }
+                        }
+                        for i in range(start, min(start + 25, n))
+                    ]
+                }
+            )
 
     out["query_ms"] = {}
     for size in (100, 1000, 4000):
@@ -133,15 +153,26 @@ def main() -> None:
             raise SystemExit(run.stderr)
         results[mode] = json.loads(run.stdout.strip().splitlines()[-1])
     m, o = results["moto"], results["ours"]
-    rows = [[f"send transaction, table of {n:,} items (median ms)", m["latency_ms"][str(n)], o["latency_ms"][str(n)]]
-            for n in (100, 1000, 4000)]
-    rows.append(["latency ratio 4,000 / 100 items", m["latency_ms"]["4000"] / m["latency_ms"]["100"],
-                 o["latency_ms"]["4000"] / o["latency_ms"]["100"]])
-    rows += [[f"sidebar Query, table of {n:,} items (median ms)", m["query_ms"][str(n)], o["query_ms"][str(n)]]
-             for n in (100, 1000, 4000)]
+    rows = [
+        [f"send transaction, table of {n:,} items (median ms)", m["latency_ms"][str(n)], o["latency_ms"][str(n)]]
+        for n in (100, 1000, 4000)
+    ]
+    rows.append(
+        [
+            "latency ratio 4,000 / 100 items",
+            m["latency_ms"]["4000"] / m["latency_ms"]["100"],
+            o["latency_ms"]["4000"] / o["latency_ms"]["100"],
+        ]
+    )
+    rows += [
+        [f"sidebar Query, table of {n:,} items (median ms)", m["query_ms"][str(n)], o["query_ms"][str(n)]]
+        for n in (100, 1000, 4000)
+    ]
     rows.append(["RSS growth over 200 sends on 2,000 items (MB)", m["rss_growth_mb"], o["rss_growth_mb"]])
     rows.append(["moto Item instances kept", m["instances_kept"], o["instances_kept"]])
-    rows.append(["rounds breaking invariants (4 tabs, 20 rounds)", m["violating_rounds_of_20"], o["violating_rounds_of_20"]])
+    rows.append(
+        ["rounds breaking invariants (4 tabs, 20 rounds)", m["violating_rounds_of_20"], o["violating_rounds_of_20"]]
+    )
     print_table(["measure", "stock moto 5.2.5", "embedded server"], rows)
 
 

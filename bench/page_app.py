@@ -5,6 +5,7 @@ template chats the real store wrote on an in-memory server; the app is `streamli
 `warm` reaches the app's own embedded server (found among the process's listening sockets) to touch every
 partition once, as other users' traffic would.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -26,21 +27,30 @@ USERS = 10  # the dev user and nine colleagues; chats are dealt round-robin
 TURNS_PER_CHAT = 10
 TEMPLATES = 4  # distinct template chats (questions, answers, titles)
 TEMPLATE_USER = "template-user-7f3c@bench.invalid"
-QUESTIONS = ["How should I design a DynamoDB table for chat history?",
-             "Draft an email to the team about Friday's release", "Explain this Python error: KeyError: 'user_id'",
-             "Give me three options for the project name"]
-FOLLOW_UPS = ["Can you make it shorter?", "Show an example", "What are the risks?", "And in Python?",
-              "Explain the second point"]
+QUESTIONS = [
+    "How should I design a DynamoDB table for chat history?",
+    "Draft an email to the team about Friday's release",
+    "Explain this Python error: KeyError: 'user_id'",
+    "Give me three options for the project name",
+]
+FOLLOW_UPS = [
+    "Can you make it shorter?",
+    "Show an example",
+    "What are the risks?",
+    "And in Python?",
+    "Explain the second point",
+]
 
 # --- the data ------------------------------------------------------------------------------------
+
 
 def template_chats() -> tuple[list[tuple[str, list[dict]]], list[dict]]:
     """Chats the real store writes (on an in-memory server): [(session_id, items)], and the user's other items."""
     import datetime as dt
 
     from bench.common import fresh_store
-    from lib.storage import keys
     from lib.model.models import demo_answer
+    from lib.storage import keys
 
     store, _, client = fresh_store()
     moment = [dt.datetime(2026, 10, 1, 9, tzinfo=dt.timezone.utc)]
@@ -54,13 +64,20 @@ def template_chats() -> tuple[list[tuple[str, list[dict]]], list[dict]]:
                 if session is None:
                     session, message = store.create_session(TEMPLATE_USER, question, system_prompt_id="default-v1")
                 else:
-                    session, message = store.send_message(TEMPLATE_USER, session, question,
-                                                          system_prompt_id="default-v1")
+                    session, message = store.send_message(
+                        TEMPLATE_USER, session, question, system_prompt_id="default-v1"
+                    )
                 moment[0] += dt.timedelta(seconds=20)
                 answer = demo_answer(question, turns=turn + 1)
-                store.finish_message(TEMPLATE_USER, message, output_body=answer, input_token=40 * (turn + 1),
-                                     output_token=len(answer) // 4, response_start_time=message.create_time,
-                                     response_end_time=keys.now())
+                store.finish_message(
+                    TEMPLATE_USER,
+                    message,
+                    output_body=answer,
+                    input_token=40 * (turn + 1),
+                    output_token=len(answer) // 4,
+                    response_start_time=message.create_time,
+                    response_end_time=keys.now(),
+                )
             sessions.append(session.session_id)
             moment[0] += dt.timedelta(days=1)
     items = [i for page in client.get_paginator("scan").paginate(TableName=store._table) for i in page["Items"]]
@@ -77,6 +94,7 @@ def write_export(path: Path, target: int, chats: list[tuple[str, list[dict]]], p
     per_chat = len(chats[0][1])
     count, partitions, chat_count = 0, set(), 0
     with path.open("w", encoding="utf-8") as out:
+
         def put(text: str) -> None:
             nonlocal count
             item = json.loads(text)
@@ -102,8 +120,14 @@ def fill(folder: Path, target: int, chats, per_user) -> dict:
     export = folder.parent / f"{folder.name}.jsonl"
     layout = write_export(export, target, chats, per_user)
     started = time.perf_counter()
-    run = subprocess.run([sys.executable, "-m", "lib.admin", "import-table", str(export)], cwd=ROOT,
-                         env=app_env(folder), capture_output=True, text=True, timeout=1800)
+    run = subprocess.run(
+        [sys.executable, "-m", "lib.admin", "import-table", str(export)],
+        cwd=ROOT,
+        env=app_env(folder),
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
     if run.returncode:
         raise SystemExit(f"import-table into {folder} failed:\n{run.stdout}{run.stderr}")
     layout["import_s"] = time.perf_counter() - started
@@ -113,10 +137,17 @@ def fill(folder: Path, target: int, chats, per_user) -> dict:
 
 # --- the app and its embedded server -------------------------------------------------------------
 
+
 def app_env(folder: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CHAT_", "ANTHROPIC_", "AWS_"))}
-    env.update(CHAT_BACKEND="local", CHAT_DATA_DIR=str(folder), CHAT_IDENTITY="dev", CHAT_DEV_USER=DEV_USER,
-               CHAT_MODEL_PROVIDER="demo", CHAT_DEMO_DELAY="0")
+    env.update(
+        CHAT_BACKEND="local",
+        CHAT_DATA_DIR=str(folder),
+        CHAT_IDENTITY="dev",
+        CHAT_DEV_USER=DEV_USER,
+        CHAT_MODEL_PROVIDER="demo",
+        CHAT_DEMO_DELAY="0",
+    )
     return env
 
 
@@ -131,10 +162,29 @@ def serve(folder: Path, log_path: Path) -> Iterator[tuple[str, subprocess.Popen]
     """`streamlit run app.py` on `folder`; yields its URL and process; stops it whatever happens."""
     port = free_port()
     with log_path.open("w") as log:
-        process = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port),
-                                    "--server.address", "127.0.0.1", "--server.headless", "true",
-                                    "--server.fileWatcherType", "none", "--browser.gatherUsageStats", "false"],
-                                   cwd=ROOT, env=app_env(folder), stdout=log, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "streamlit",
+                "run",
+                "app.py",
+                "--server.port",
+                str(port),
+                "--server.address",
+                "127.0.0.1",
+                "--server.headless",
+                "true",
+                "--server.fileWatcherType",
+                "none",
+                "--browser.gatherUsageStats",
+                "false",
+            ],
+            cwd=ROOT,
+            env=app_env(folder),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
         try:
             deadline = time.monotonic() + STEP_TIMEOUT_S
             while True:
@@ -143,7 +193,7 @@ def serve(folder: Path, log_path: Path) -> Iterator[tuple[str, subprocess.Popen]
                     break
                 except OSError:
                     if process.poll() is not None or time.monotonic() > deadline:
-                        raise SystemExit(f"streamlit did not start:\n{log_path.read_text()[-2000:]}")
+                        raise SystemExit(f"streamlit did not start:\n{log_path.read_text()[-2000:]}") from None
                     time.sleep(0.3)
             yield f"http://127.0.0.1:{port}", process
         finally:
@@ -182,11 +232,17 @@ def warm(process: subprocess.Popen, app_port: int, partitions: list[str]) -> flo
     ports = listening_ports(process.pid) - {app_port}
     if len(ports) != 1:
         raise SystemExit(f"expected one embedded DynamoDB port in the app's process, found {sorted(ports)}")
-    client = boto3.session.Session().client("dynamodb", region_name="us-east-1", config=RETRIES,
-                                            endpoint_url=f"http://127.0.0.1:{ports.pop()}",
-                                            aws_access_key_id="local", aws_secret_access_key="local")
+    client = boto3.session.Session().client(
+        "dynamodb",
+        region_name="us-east-1",
+        config=RETRIES,
+        endpoint_url=f"http://127.0.0.1:{ports.pop()}",
+        aws_access_key_id="local",
+        aws_secret_access_key="local",
+    )
     started = time.perf_counter()
     for pk in partitions:
-        client.query(TableName="chat", KeyConditionExpression="pk = :pk", Limit=1,
-                     ExpressionAttributeValues={":pk": {"S": pk}})
+        client.query(
+            TableName="chat", KeyConditionExpression="pk = :pk", Limit=1, ExpressionAttributeValues={":pk": {"S": pk}}
+        )
     return time.perf_counter() - started

@@ -1,4 +1,4 @@
-"""Page latency in Chromium as the local database grows, and as one chat grows (issue 15's benchmark).
+"""Page latency in Chromium as the local database grows, and as one chat grows.
 
     python bench/page_latency.py            # 1,000 / 10,000 / 100,000 items; turns 50 / 200 / 500
     python bench/page_latency.py --quick    # 1,000 / 10,000 items; turns 50 / 200 (under ~5 minutes)
@@ -16,6 +16,7 @@ A latency runs from the click or Enter to the page settled: the expected content
 running for QUIET_S (Streamlit's session_status_changed messages on the page's websocket), ending at the
 later of the two. Every wait has a deadline; servers are stopped whatever happens.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,8 +36,15 @@ from bench.common import print_table  # noqa: E402
 from bench.page_app import STEP_TIMEOUT_S, TURNS_PER_CHAT, USERS, fill, serve, template_chats, warm  # noqa: E402
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 RUNS = 3
 QUIET_S = 0.2  # no script run for this long after the last one ended: the page has settled
 SEND_WINDOW = 5  # the send latency at turn N is the median of turns N-4..N
@@ -45,6 +53,7 @@ _deadline = [float("inf")]
 
 
 # --- the browser ---------------------------------------------------------------------------------
+
 
 class Settled:
     """Watches the page's Streamlit websocket: whether a script is running, and when the last run ended."""
@@ -93,8 +102,10 @@ class Settled:
             if drawn_at is not None and not self.running and now - self.changed_at >= QUIET_S:
                 return max(drawn_at, self.changed_at) - started
             if now > deadline:
-                raise SystemExit(f"{what}: the page did not settle within the step's {STEP_TIMEOUT_S} s or the "
-                                 f"run's budget (drawn: {drawn_at is not None}, running: {self.running})")
+                raise SystemExit(
+                    f"{what}: the page did not settle within the step's {STEP_TIMEOUT_S} s or the "
+                    f"run's budget (drawn: {drawn_at is not None}, running: {self.running})"
+                )
             self.page.wait_for_timeout(15)  # lets Playwright deliver the websocket events
 
 
@@ -103,8 +114,10 @@ def chat_input(page: Any) -> Any:
 
 
 def count(page: Any, selector: str, text: str = "") -> int:
-    return page.evaluate("([s, t]) => Array.from(document.querySelectorAll(s))"
-                         ".filter(e => e.textContent.includes(t)).length", [selector, text])
+    return page.evaluate(
+        "([s, t]) => Array.from(document.querySelectorAll(s)).filter(e => e.textContent.includes(t)).length",
+        [selector, text],
+    )
 
 
 ANSWERED = ("[data-testid='stCaptionContainer']", "out tokens")  # the footer of a finished answer
@@ -113,9 +126,11 @@ ANSWERED = ("[data-testid='stCaptionContainer']", "out tokens")  # the footer of
 def send(page: Any, settled: Settled, question: str) -> float:
     box = chat_input(page)
     box.fill(question)
-    return settled.measure(lambda: box.press("Enter"),
-                           lambda: count(page, "[data-testid='stChatMessage']", f"You asked: {question}") > 0,
-                           f"send {question!r}")
+    return settled.measure(
+        lambda: box.press("Enter"),
+        lambda: count(page, "[data-testid='stChatMessage']", f"You asked: {question}") > 0,
+        f"send {question!r}",
+    )
 
 
 def interactions(browser: Any, url: str, run: int) -> dict[str, float]:
@@ -132,11 +147,13 @@ def interactions(browser: Any, url: str, run: int) -> dict[str, float]:
         out: dict[str, float] = {}
         row = rows.nth(run).locator("button:visible").first  # a row holds a second, hidden button
         out["open a chat (10 turns)"] = settled.measure(
-            row.click, lambda: count(page, *ANSWERED) == TURNS_PER_CHAT, "open a chat")
+            row.click, lambda: count(page, *ANSWERED) == TURNS_PER_CHAT, "open a chat"
+        )
         out["send a follow-up"] = send(page, settled, f"One more thing, run {run}: what are the risks?")
         new_chat = page.locator("[data-testid='stSidebar']").get_by_role("button", name="New chat")
         out["New chat"] = settled.measure(
-            new_chat.click, lambda: count(page, "h1", "What can I help with?") > 0, "New chat")
+            new_chat.click, lambda: count(page, "h1", "What can I help with?") > 0, "New chat"
+        )
         return out
     finally:
         context.close()
@@ -155,12 +172,13 @@ def long_chat(browser: Any, url: str, checkpoints: tuple[int, ...]) -> dict[int,
         latencies = []
         for turn in range(1, max(checkpoints) + 1):
             latencies.append(send(page, settled, f"Question {turn} of a long chat: show an example"))
-        return {n: statistics.median(latencies[n - SEND_WINDOW:n]) for n in checkpoints}
+        return {n: statistics.median(latencies[n - SEND_WINDOW : n]) for n in checkpoints}
     finally:
         context.close()
 
 
 # --- the run -------------------------------------------------------------------------------------
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -189,9 +207,11 @@ def main() -> None:
         layouts = {}
         for size in sizes:
             layouts[size] = fill(work / f"data-{size}", size, chats, per_user)
-            print(f"{layouts[size]['items']:,} items ({layouts[size]['chats']:,} chats of {TURNS_PER_CHAT} turns, "
-                  f"{len(layouts[size]['partitions']):,} partitions): imported in {layouts[size]['import_s']:.1f} s",
-                  flush=True)
+            print(
+                f"{layouts[size]['items']:,} items ({layouts[size]['chats']:,} chats of {TURNS_PER_CHAT} turns, "
+                f"{len(layouts[size]['partitions']):,} partitions): imported in {layouts[size]['import_s']:.1f} s",
+                flush=True,
+            )
             if -(-layouts[size]["chats"] // USERS) < args.runs:  # the dev user gets every USERS-th chat
                 raise SystemExit(f"{size:,} items give the dev user fewer chats than --runs {args.runs}")
         results: dict[int, dict[str, list[float]]] = {size: {} for size in sizes}
@@ -206,12 +226,16 @@ def main() -> None:
                 page = browser.new_page()  # the first page load starts the app's embedded server
                 page.goto(url, timeout=STEP_TIMEOUT_S * 1000)
                 page.locator("[data-testid='stSidebar'] [class*='st-key-open-']").first.wait_for(
-                    timeout=STEP_TIMEOUT_S * 1000)
+                    timeout=STEP_TIMEOUT_S * 1000
+                )
                 cold[size] = time.perf_counter() - launched
                 page.close()
                 took = warm(process, int(url.rsplit(":", 1)[1]), layouts[size]["partitions"])
-                print(f"{size:,} items: from `streamlit run` to the first page with its sidebar {cold[size]:.1f} s; "
-                      f"every partition touched once in {took:.1f} s", flush=True)
+                print(
+                    f"{size:,} items: from `streamlit run` to the first page with its sidebar {cold[size]:.1f} s; "
+                    f"every partition touched once in {took:.1f} s",
+                    flush=True,
+                )
                 urls[size] = url
             for run in range(args.runs):
                 for size in sizes:
@@ -229,15 +253,28 @@ def main() -> None:
     rows = []
     for name in names:
         medians = {size: statistics.median(results[size][name]) * 1000 for size in sizes}
-        rows.append([name, *[medians[s] for s in sizes], f"{medians[sizes[-1]] / medians[sizes[0]]:.2f}",
-                     " / ".join(f"{min(results[s][name]) * 1000:.0f}-{max(results[s][name]) * 1000:.0f}"
-                                for s in sizes)])
-    rows.append(["cold start (`streamlit run` to the first page with its sidebar; once)",
-                 *[cold[s] * 1000 for s in sizes], f"{cold[sizes[-1]] / cold[sizes[0]]:.2f}", ""])
-    print_table(["interaction", *[f"{s:,} items" for s in sizes], f"ratio {sizes[-1]:,} / {sizes[0]:,}",
-                 "range per size"], rows)
-    print(f"\none chat sent turn by turn ({sizes[0]:,}-item folder), "
-          f"send latency (median of {SEND_WINDOW} turns), ms\n")
+        rows.append(
+            [
+                name,
+                *[medians[s] for s in sizes],
+                f"{medians[sizes[-1]] / medians[sizes[0]]:.2f}",
+                " / ".join(f"{min(results[s][name]) * 1000:.0f}-{max(results[s][name]) * 1000:.0f}" for s in sizes),
+            ]
+        )
+    rows.append(
+        [
+            "cold start (`streamlit run` to the first page with its sidebar; once)",
+            *[cold[s] * 1000 for s in sizes],
+            f"{cold[sizes[-1]] / cold[sizes[0]]:.2f}",
+            "",
+        ]
+    )
+    print_table(
+        ["interaction", *[f"{s:,} items" for s in sizes], f"ratio {sizes[-1]:,} / {sizes[0]:,}", "range per size"], rows
+    )
+    print(
+        f"\none chat sent turn by turn ({sizes[0]:,}-item folder), send latency (median of {SEND_WINDOW} turns), ms\n"
+    )
     first, last = checkpoints[0], checkpoints[-1]
     rows = [[f"turn {n}", sends[n] * 1000] for n in checkpoints]
     rows.append([f"ratio turn {last} / turn {first}", sends[last] / sends[first]])

@@ -1,4 +1,4 @@
-"""Requests and modeled capacity per action, beside the design's budget (DESIGN.md).
+"""Requests and modeled capacity per action, beside the design's budget (docs/design.md).
 
     python bench/requests_per_action.py
 
@@ -6,6 +6,7 @@ The workload is the design's: a sidebar of 20 sessions, a session of 20 turns wh
 items are just under 4 KB, a 4 KB answer. Figures are exact counts from botocore's
 events and the capacity model (the embedded server's own figures are wrong).
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -34,27 +35,46 @@ def main() -> None:
     def finish(message, size=4096):
         """Finish a turn so that its item is exactly `size` bytes: the design's 4 KB message."""
         text = "a" * (size - message.size - overhead)
-        done = store.finish_message(USER, message, output_body=text, input_token=12, output_token=900,
-                                    response_start_time=message.create_time, response_end_time=keys.now())
+        done = store.finish_message(
+            USER,
+            message,
+            output_body=text,
+            input_token=12,
+            output_token=900,
+            response_start_time=message.create_time,
+            response_end_time=keys.now(),
+        )
         assert done.size == size, done.size
         return done
 
     # What a finish adds besides the answer text (names, token counts, times, flag) is constant: calibrate it.
     _, probe = store.create_session("calibration", "probe", system_prompt_id="default-v1")
     overhead = 0
-    overhead = store.finish_message("calibration", probe, output_body="", input_token=12, output_token=900,
-                                    response_start_time=probe.create_time, response_end_time=keys.now()).size - probe.size
+    overhead = (
+        store.finish_message(
+            "calibration",
+            probe,
+            output_body="",
+            input_token=12,
+            output_token=900,
+            response_start_time=probe.create_time,
+            response_end_time=keys.now(),
+        ).size
+        - probe.size
+    )
 
     for i in range(19):
         store.create_session(USER, f"older chat {i}", system_prompt_id="default-v1")
-    session, message = measure("create", lambda: store.create_session(USER, "How should I store chat history?",
-                                                                      system_prompt_id="default-v1"))
+    session, message = measure(
+        "create", lambda: store.create_session(USER, "How should I store chat history?", system_prompt_id="default-v1")
+    )
     measure("finish (4 KB)", lambda: finish(message))
     for _ in range(18):
         session, message = store.send_message(USER, session, "and then?", system_prompt_id="default-v1")
         finish(message)
-    session, message = measure("send", lambda: store.send_message(USER, session, "and then?",
-                                                                  system_prompt_id="default-v1"))
+    session, message = measure(
+        "send", lambda: store.send_message(USER, session, "and then?", system_prompt_id="default-v1")
+    )
     finish(message)
     measure("sidebar (20 sessions)", lambda: store.list_sessions(USER))
     view = measure("open (meta + 20 turns)", lambda: store.open_session(USER, session.session_id))
@@ -78,8 +98,17 @@ def main() -> None:
         got = measured[action]
         match = got == [requests, operation, wru, rru]
         ok &= match
-        rows.append([action, got[0], got[1], got[2], got[3], f"{requests} {operation}, {wru} WRU, {rru} RRU",
-                     "yes" if match else "NO"])
+        rows.append(
+            [
+                action,
+                got[0],
+                got[1],
+                got[2],
+                got[3],
+                f"{requests} {operation}, {wru} WRU, {rru} RRU",
+                "yes" if match else "NO",
+            ]
+        )
     print_table(["action", "requests", "operation", "WRU", "RRU", "design budget", "match"], rows)
     print()
     ok &= app_reruns()
@@ -94,8 +123,8 @@ def app_reruns() -> bool:
 
     from streamlit.testing.v1 import AppTest
 
-    from lib.web import ui
     from lib.config import Settings
+    from lib.web import ui
 
     os.environ.update(CHAT_TABLE=f"bench-app-{uuid.uuid4().hex[:8]}", CHAT_DATA_DIR=":memory:", CHAT_DEMO_DELAY="0")
     app = str(Path(__file__).resolve().parents[1] / "app.py")
@@ -116,17 +145,18 @@ def app_reruns() -> bool:
         return [f"{r.operation}({r.action})" for r in meter.records()[before:] if r.action != "ledger"]
 
     at = AppTest.from_file(app, default_timeout=30)
-    steps = [("first page load (new browser session)", lambda: at.run(), 1),
-             ("rerun with no change", lambda: at.run(), 0),
-             # The design's 3 (commit, finish, model title), plus: the user's memories, read once per browser
-             # session by the context engine after the commit (its budget: at most 2 requests beyond the page's
-             # own), and the turn's vector item for search, written after the save (never before the first token)
-             ("send the first question (3 + memories once + vector)", lambda: at.chat_input[0].set_value("hello").run(),
-              5),
-             ("rerun with no change", lambda: at.run(), 0),
-             # The design's 2, plus recall of older turns (1 SearchVectors, after the commit) and the vector item
-             ("send a follow-up (2 + recall + vector)", lambda: at.chat_input[0].set_value("and then?").run(), 4),
-             ("rerun with no change", lambda: at.run(), 0)]
+    steps = [
+        ("first page load (new browser session)", lambda: at.run(), 1),
+        ("rerun with no change", lambda: at.run(), 0),
+        # The design's 3 (commit, finish, model title), plus: the user's memories, read once per browser
+        # session by the context engine after the commit (its budget: at most 2 requests beyond the page's
+        # own), and the turn's vector item for search, written after the save (never before the first token)
+        ("send the first question (3 + memories once + vector)", lambda: at.chat_input[0].set_value("hello").run(), 5),
+        ("rerun with no change", lambda: at.run(), 0),
+        # The design's 2, plus recall of older turns (1 SearchVectors, after the commit) and the vector item
+        ("send a follow-up (2 + recall + vector)", lambda: at.chat_input[0].set_value("and then?").run(), 4),
+        ("rerun with no change", lambda: at.run(), 0),
+    ]
     rows, ok = [], True
     for label, fn, budget in steps:
         calls = cost(fn)

@@ -6,6 +6,7 @@ Users with 10 to 10,000 sessions; sessions with 10 to 10,000 turns; filler users
 large. Latencies are medians of real HTTP round trips to the embedded server (in-process, serialized).
 Each request touches one partition page, so the ratio largest/smallest should stay near 1.
 """
+
 from __future__ import annotations
 
 import gc
@@ -14,8 +15,8 @@ import time
 
 from common import fresh_store, print_table
 
-from lib.storage import keys
 from lib.embedded.server import moto_backend
+from lib.storage import keys
 from lib.storage.records import Session
 from lib.storage.store import to_item
 
@@ -32,18 +33,40 @@ def put_raw(table: str, items: list[dict]) -> None:
 
 def session_records(user: str, index: int, turns: int) -> tuple[Session, list[dict]]:
     session_id = f"{index:010d}" + "0" * 16
-    at = keys.format_time(keys.parse_time("2026-01-01T00:00:00.000Z").replace(second=index % 60, minute=index // 60 % 60,
-                                                                                 hour=index // 3600 % 24))
+    at = keys.format_time(
+        keys.parse_time("2026-01-01T00:00:00.000Z").replace(
+            second=index % 60, minute=index // 60 % 60, hour=index // 3600 % 24
+        )
+    )
     session = Session(session_id, user, f"chat {index}", at, at, turns)
-    items = [{**keys.list_key(user, at, session_id), "session_id": session_id, "title": session.title},
-             {**keys.meta_key(user, session_id), "session_id": session_id, "user_id": user, "title": session.title,
-              "create_time": at, "last_message_time": at, "message_count": turns}]
+    items = [
+        {**keys.list_key(user, at, session_id), "session_id": session_id, "title": session.title},
+        {
+            **keys.meta_key(user, session_id),
+            "session_id": session_id,
+            "user_id": user,
+            "title": session.title,
+            "create_time": at,
+            "last_message_time": at,
+            "message_count": turns,
+        },
+    ]
     for turn in range(turns):
         message_id = f"{index:010d}{turn:016d}"
-        items.append({**keys.message_key(user, session_id, message_id), "message_id": message_id,
-                      "session_id": session_id, "create_time": at, "input_body": f"question {turn}",
-                      "output_body": ANSWER, "system_prompt_id": "p", "status": "done",
-                      "input_token": 10, "output_token": 200})
+        items.append(
+            {
+                **keys.message_key(user, session_id, message_id),
+                "message_id": message_id,
+                "session_id": session_id,
+                "create_time": at,
+                "input_body": f"question {turn}",
+                "output_body": ANSWER,
+                "system_prompt_id": "p",
+                "status": "done",
+                "input_token": 10,
+                "output_token": 200,
+            }
+        )
     return session, items
 
 
@@ -111,8 +134,10 @@ def main() -> None:
     rows += [["send (user with N sessions)", f"{n:,}", f"{ms:.2f}", units] for n, ms, units in figures]
     rows.append(["send (user with N sessions)", "ratio 10,000 / 100", f"{figures[-1][1] / figures[1][1]:.2f}", ""])
     print_table(["action", "N (sessions or turns)", "median ms", "modeled units"], rows)
-    print("\nAt N = 10 a page holds only 10 rows, so it is cheaper; from 100 on every page is full (20 rows),"
-          "\nand the ratio compares full pages.")
+    print(
+        "\nAt N = 10 a page holds only 10 rows, so it is cheaper; from 100 on every page is full (20 rows),"
+        "\nand the ratio compares full pages."
+    )
 
 
 if __name__ == "__main__":

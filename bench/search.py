@@ -1,4 +1,4 @@
-"""Semantic search on the embedded DynamoDB (issue 11): search latency and bytes at 1,000 / 10,000 / 50,000 vectors
+"""Semantic search on the embedded DynamoDB: search latency and bytes at 1,000 / 10,000 / 50,000 vectors
 of one user, recall@10 on a labelled set, the extra write units of a turn's vector item, and reindex time.
 
     python bench/search.py [--sizes 1000,10000,50000] [--queries 40] [--reindex 10000]
@@ -7,8 +7,9 @@ Everything runs in this process against a LocalDynamo on a temporary data folder
 embedder (wordllama, 256-d). Latency is the whole search as the page runs it: embed the query, SearchVectors
 (TopK 100), keyword ranks and RRF. "cold" is the first search of a user after a restart (its vectors read from
 SQLite); p50/p95 are warm; "right after a write" searches once a new turn's vector was put, as a chat's recall
-does after the previous turn was saved. Prints Markdown tables for the README.
+does after the previous turn was saved. Prints Markdown tables for docs/performance.md.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -22,30 +23,76 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import print_table  # noqa: E402
+from lib.database import local_client  # noqa: E402
 from lib.embedded.server import LocalDynamo  # noqa: E402
 from lib.search.embedders import LocalEmbedder  # noqa: E402
 from lib.search.hybrid import search_chats  # noqa: E402
 from lib.search.indexer import Indexer, reindex_user  # noqa: E402
 from lib.storage import keys  # noqa: E402
-from lib.database import local_client  # noqa: E402
+from lib.storage.capacity import Meter  # noqa: E402
 from lib.storage.gateway import Gateway, to_item  # noqa: E402
 from lib.storage.records import DONE, Message  # noqa: E402
 from lib.storage.schema import create_table  # noqa: E402
-from lib.storage.capacity import Meter  # noqa: E402
 
-TOPICS = ["deploy", "database", "invoice", "holiday", "recipe", "python", "kubernetes", "budget", "hiring", "email",
-          "garden", "marathon", "guitar", "mortgage", "vacation", "printer", "laptop", "contract", "meeting", "bug"]
-WORDS = ("plan schedule error fix review draft update migrate cost team client server report weekly quarterly "
-         "release config backup invoice latency timeout cache index query summary notes slides design").split()
+TOPICS = [
+    "deploy",
+    "database",
+    "invoice",
+    "holiday",
+    "recipe",
+    "python",
+    "kubernetes",
+    "budget",
+    "hiring",
+    "email",
+    "garden",
+    "marathon",
+    "guitar",
+    "mortgage",
+    "vacation",
+    "printer",
+    "laptop",
+    "contract",
+    "meeting",
+    "bug",
+]
+WORDS = (
+    "plan schedule error fix review draft update migrate cost team client server report weekly quarterly "
+    "release config backup invoice latency timeout cache index query summary notes slides design"
+).split()
 
 # (fact stated in a long chat, its answer, a query paraphrasing it): the labelled set of recall@10.
 FACTS = [
-    ("My daughter's school play is on the 14th of March", "Noted, the play is on March 14.", "when is my kid's theatre performance"),
-    ("Our staging database lives in eu-west-1 behind the VPN", "Staging: eu-west-1, VPN only.", "which region hosts the test db"),
-    ("I am allergic to peanuts and shellfish", "I'll avoid peanuts and shellfish in recipes.", "food allergies I mentioned"),
-    ("The quarterly revenue target is 4.2 million euros", "Target: EUR 4.2M this quarter.", "how much money must we make this quarter"),
-    ("My landlord is raising the rent by 8 percent in June", "An 8% rent increase from June.", "apartment cost going up"),
-    ("We chose PostgreSQL over MongoDB for the billing service", "Billing uses PostgreSQL.", "which database did we pick for payments"),
+    (
+        "My daughter's school play is on the 14th of March",
+        "Noted, the play is on March 14.",
+        "when is my kid's theatre performance",
+    ),
+    (
+        "Our staging database lives in eu-west-1 behind the VPN",
+        "Staging: eu-west-1, VPN only.",
+        "which region hosts the test db",
+    ),
+    (
+        "I am allergic to peanuts and shellfish",
+        "I'll avoid peanuts and shellfish in recipes.",
+        "food allergies I mentioned",
+    ),
+    (
+        "The quarterly revenue target is 4.2 million euros",
+        "Target: EUR 4.2M this quarter.",
+        "how much money must we make this quarter",
+    ),
+    (
+        "My landlord is raising the rent by 8 percent in June",
+        "An 8% rent increase from June.",
+        "apartment cost going up",
+    ),
+    (
+        "We chose PostgreSQL over MongoDB for the billing service",
+        "Billing uses PostgreSQL.",
+        "which database did we pick for payments",
+    ),
     ("My flight to Lisbon leaves at 6:40 on Friday", "Lisbon, Friday 06:40.", "what time is my plane to Portugal"),
     ("The intern starting Monday is called Priya", "Priya starts Monday.", "name of the new intern"),
     ("I run 10 kilometres every Sunday morning", "Sunday 10 km runs.", "my weekend jogging habit"),
@@ -53,18 +100,34 @@ FACTS = [
     ("Our CI pipeline takes 23 minutes on average", "CI: 23 minutes.", "how long do builds take"),
     ("I want to learn the cello next year", "Cello lessons next year.", "musical instrument I plan to study"),
     ("The printer on floor 3 jams with A3 paper", "Floor 3 printer: no A3.", "which office printer has paper problems"),
-    ("My manager prefers updates by email, not Slack", "Email updates for your manager.", "how does my boss like status reports"),
+    (
+        "My manager prefers updates by email, not Slack",
+        "Email updates for your manager.",
+        "how does my boss like status reports",
+    ),
     ("The contract with Acme renews on 1 September", "Acme renewal: Sept 1.", "when does the vendor agreement renew"),
-    ("Our mobile app crashes on Android 12 when rotating", "Android 12 rotation crash.", "phone app bug on screen rotation"),
+    (
+        "Our mobile app crashes on Android 12 when rotating",
+        "Android 12 rotation crash.",
+        "phone app bug on screen rotation",
+    ),
     ("I keep basil, mint and rosemary on the balcony", "Basil, mint, rosemary.", "herbs I grow at home"),
     ("Team offsite is in Porto from 3 to 5 October", "Porto offsite, Oct 3-5.", "dates of the company retreat"),
     ("The API rate limit for partners is 600 requests per minute", "600 rpm for partners.", "partner throttling quota"),
     ("My mortgage fixed rate ends in 2027", "Fixed rate until 2027.", "when does my home loan interest change"),
-    ("We migrated logging from ELK to Loki last spring", "Logs are in Loki now.", "where do our logs go after the move"),
+    (
+        "We migrated logging from ELK to Loki last spring",
+        "Logs are in Loki now.",
+        "where do our logs go after the move",
+    ),
     ("I drink only decaf after 2pm", "Decaf after 2pm.", "my coffee rule in the afternoon"),
     ("The backup job runs at 02:30 UTC nightly", "Backups 02:30 UTC.", "what time do nightly backups happen"),
     ("My sister's wedding is in Kyoto in May", "Kyoto wedding in May.", "family celebration in Japan"),
-    ("Design review for the checkout page is every Thursday", "Checkout design review: Thursdays.", "weekly meeting about the payment screen"),
+    (
+        "Design review for the checkout page is every Thursday",
+        "Checkout design review: Thursdays.",
+        "weekly meeting about the payment screen",
+    ),
     ("我们的数据库备份每天凌晨两点半运行", "备份在凌晨 2:30。", "备份什么时候运行"),
     ("我对花生过敏", "记住了：花生过敏。", "我有什么食物过敏"),
     ("下周三下午我要去医院复查", "周三下午复查。", "我什么时候去看医生"),
@@ -81,15 +144,16 @@ def filler(rng: random.Random, i: int) -> tuple[str, str]:
 
 
 def message(session_id: str, i: int, question: str, answer: str) -> Message:
-    at = keys.format_time(keys.parse_time("2026-01-01T00:00:00.000Z").fromtimestamp(1.7e9 + i * 60,
-                                                                                       tz=keys._dt.timezone.utc))
+    at = keys.format_time(
+        keys.parse_time("2026-01-01T00:00:00.000Z").fromtimestamp(1.7e9 + i * 60, tz=keys._dt.timezone.utc)
+    )
     return Message(keys.new_id(), session_id, at, question, "p", DONE, answer)
 
 
 def put_vectors(indexer: Indexer, user: str, messages: list[Message], title: str = "Long chat") -> float:
     started = time.perf_counter()
     for start in range(0, len(messages), 500):
-        indexer.vectors.put_turns(user, indexer.turn_vectors(user, title, messages[start:start + 500]))
+        indexer.vectors.put_turns(user, indexer.turn_vectors(user, title, messages[start : start + 500]))
     return time.perf_counter() - started
 
 
@@ -118,9 +182,17 @@ def latency(indexer: Indexer, meter: Meter, sizes: list[int], queries: int, data
             started = time.perf_counter()
             search_chats(indexer.vectors, indexer.embedder, user, text, top=10)
             after_write.append(time.perf_counter() - started)
-        rows.append([f"{size:,}", ms(times[0]), ms(statistics.median(times[1:])),
-                     ms(sorted(times[1:])[int(0.95 * (len(times) - 1)) - 1]), ms(statistics.median(after_write)),
-                     int(statistics.mean(search_bytes)), round(load, 1)])
+        rows.append(
+            [
+                f"{size:,}",
+                ms(times[0]),
+                ms(statistics.median(times[1:])),
+                ms(sorted(times[1:])[int(0.95 * (len(times) - 1)) - 1]),
+                ms(statistics.median(after_write)),
+                int(statistics.mean(search_bytes)),
+                round(load, 1),
+            ]
+        )
     return rows
 
 
@@ -150,15 +222,19 @@ def recall_at_10(indexer: Indexer, fillers: int) -> list[list]:
         facts.append((m.message_id, query, any("\u4e00" <= c <= "\u9fff" for c in query)))
     put_vectors(indexer, user, messages)
     rows = []
-    for label, subset in (("English", [f for f in facts if not f[2]]), ("Chinese", [f for f in facts if f[2]]),
-                          ("all", facts)):
+    for label, subset in (
+        ("English", [f for f in facts if not f[2]]),
+        ("Chinese", [f for f in facts if f[2]]),
+        ("all", facts),
+    ):
         hybrid = semantic = 0
         for message_id, query, _ in subset:
             outcome = search_chats(indexer.vectors, indexer.embedder, user, query, top=10)
             hybrid += message_id in [r.message_id for r in outcome.results]
             vector = indexer.embedder.embed([query], "query").vectors[0]
-            semantic += message_id in [h.item["message_id"] for h in indexer.vectors.search(user, vector, 10,
-                                                                                               kind="turn")]
+            semantic += message_id in [
+                h.item["message_id"] for h in indexer.vectors.search(user, vector, 10, kind="turn")
+            ]
         rows.append([label, len(subset), f"{semantic / len(subset):.2f}", f"{hybrid / len(subset):.2f}"])
     return rows
 
@@ -189,17 +265,33 @@ def reindex_time(indexer: Indexer, client, table: str, turns: int) -> list:
         for i in range(100):
             q, a = filler(rng, i)
             mid = keys.new_id()
-            puts.append(to_item({**keys.message_key(user, session_id, mid), "message_id": mid,
-                                 "session_id": session_id, "create_time": at, "input_body": q, "output_body": a,
-                                 "status": DONE, "system_prompt_id": "p"}))
+            puts.append(
+                to_item(
+                    {
+                        **keys.message_key(user, session_id, mid),
+                        "message_id": mid,
+                        "session_id": session_id,
+                        "create_time": at,
+                        "input_body": q,
+                        "output_body": a,
+                        "status": DONE,
+                        "system_prompt_id": "p",
+                    }
+                )
+            )
     gateway.batch_write(puts=puts)
     started = time.perf_counter()
     counts = reindex_user(indexer, user)
     first = time.perf_counter() - started
     started = time.perf_counter()
     again = reindex_user(indexer, user)
-    return [f"{counts.turns:,}", round(first, 1), round(counts.turns / first), f"{again.skipped:,}",
-            round(time.perf_counter() - started, 1)]
+    return [
+        f"{counts.turns:,}",
+        round(first, 1),
+        round(counts.turns / first),
+        f"{again.skipped:,}",
+        round(time.perf_counter() - started, 1),
+    ]
 
 
 def main() -> None:
@@ -226,13 +318,16 @@ def main() -> None:
     indexer = Indexer(Gateway(client, "chat", meter), LocalEmbedder())
     LocalEmbedder._load()
     rows = latency(indexer, meter, sizes, args.queries, data)
-    print("\nSearch latency, one user (embed + SearchVectors TopK 100 + keyword ranks + RRF), ms; bytes = "
-          "VectorSearchRequestBytes per search (the emulator's model)\n")
+    print(
+        "\nSearch latency, one user (embed + SearchVectors TopK 100 + keyword ranks + RRF), ms; bytes = "
+        "VectorSearchRequestBytes per search (the emulator's model)\n"
+    )
     server.stop()
     firsts = cold(start, make_indexer, sizes)
-    print_table(["Vectors", "Cold first search", "Warm p50", "Warm p95", "p50 right after a write", "Search bytes",
-                 "Load s"],
-                [[r[0], firsts[i], *r[2:]] for i, r in enumerate(rows)])
+    print_table(
+        ["Vectors", "Cold first search", "Warm p50", "Warm p95", "p50 right after a write", "Search bytes", "Load s"],
+        [[r[0], firsts[i], *r[2:]] for i, r in enumerate(rows)],
+    )
     server = start()
     indexer = make_indexer(server)
     client = indexer.db.client
@@ -241,8 +336,10 @@ def main() -> None:
     print("\nExtra writes per finished turn: its vector item (PutItem, modeled as DynamoDB bills it)\n")
     print_table(["Turns", "Mean WRU", "Max WRU", "VectorWriteRequestBytes"], [extra_wru(indexer, meter)])
     print(f"\nReindex of {args.reindex:,} turns (100 chats of 100 turns), then again (all skipped)\n")
-    print_table(["Turns embedded", "Seconds", "Turns/s", "Skipped on rerun", "Rerun s"],
-                [reindex_time(indexer, client, "chat", args.reindex)])
+    print_table(
+        ["Turns embedded", "Seconds", "Turns/s", "Skipped on rerun", "Rerun s"],
+        [reindex_time(indexer, client, "chat", args.reindex)],
+    )
     server.stop()
 
 

@@ -20,6 +20,7 @@ Measured:
   main-thread busy time over the run (CDP Performance.getMetrics TaskDuration).
 A run that has not rendered its answer after RUN_LIMIT_S is reported as not finished.
 """
+
 from __future__ import annotations
 
 import base64
@@ -50,8 +51,8 @@ CHROMIUM = "/usr/bin/chromium"
 # --- inside the app's process ---------------------------------------------------------------------
 def patch_app() -> None:
     """Run before `streamlit run app.py` in the same process: a sized demo answer, timings, the follower."""
-    import lib.turn.live as live_module
     import lib.model.models as models
+    import lib.turn.live as live_module
     import lib.web.stream_render as stream_render
     from lib.web.chat_page import ChatPage
     from tests.long_answers import long_answer
@@ -133,11 +134,18 @@ def free_port() -> int:
 def start_app(folder: Path, follower: str) -> tuple[subprocess.Popen, str, Path]:
     port, out = free_port(), folder / "chunks.json"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CHAT_", "ANTHROPIC_"))}
-    env.update(CHAT_DATA_DIR=":memory:", CHAT_DEMO_DELAY=WORD_DELAY_S, BENCH_OUT=str(out), BENCH_FOLLOWER=follower,
-               PYTHONPATH=str(ROOT))
-    code = ("import sys; from bench.stream_render import patch_app; patch_app(); "
-            "from streamlit.web.cli import main; sys.argv = ['streamlit', 'run', 'app.py', '--server.port', "
-            f"'{port}', '--server.address', '127.0.0.1', '--server.headless', 'true']; main()")
+    env.update(
+        CHAT_DATA_DIR=":memory:",
+        CHAT_DEMO_DELAY=WORD_DELAY_S,
+        BENCH_OUT=str(out),
+        BENCH_FOLLOWER=follower,
+        PYTHONPATH=str(ROOT),
+    )
+    code = (
+        "import sys; from bench.stream_render import patch_app; patch_app(); "
+        "from streamlit.web.cli import main; sys.argv = ['streamlit', 'run', 'app.py', '--server.port', "
+        f"'{port}', '--server.address', '127.0.0.1', '--server.headless', 'true']; main()"
+    )
     log = (folder / "streamlit.log").open("w")
     process = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 60
@@ -173,8 +181,11 @@ def per_chunk_by_tenth(log: dict) -> dict:
                 page[tenth] += seconds * (high - low) / (length - drawn)
         drawn = length
     per = [(worker[t] + page[t]) / max(count[t], 1) * 1e6 for t in range(10)]
-    return {"chunks": len(appends), "total": (per[0], per[9]),
-            "page": (page[0] / max(count[0], 1) * 1e6, page[9] / max(count[9], 1) * 1e6)}
+    return {
+        "chunks": len(appends),
+        "total": (per[0], per[9]),
+        "page": (page[0] / max(count[0], 1) * 1e6, page[9] / max(count[9], 1) * 1e6),
+    }
 
 
 def run(browser, size: int, follower: str) -> dict:
@@ -190,8 +201,9 @@ def run(browser, size: int, follower: str) -> dict:
             def frame(event):
                 if received["counting"]:
                     data = event["response"]["payloadData"]
-                    received["bytes"] += len(base64.b64decode(data)) if event["response"]["opcode"] == 2 \
-                        else len(data.encode())
+                    received["bytes"] += (
+                        len(base64.b64decode(data)) if event["response"]["opcode"] == 2 else len(data.encode())
+                    )
 
             cdp.on("Network.webSocketFrameReceived", frame)
             page.goto(url)
@@ -208,8 +220,9 @@ def run(browser, size: int, follower: str) -> dict:
             finished = True
             try:
                 page.get_by_text("out tokens").nth(1).wait_for(timeout=RUN_LIMIT_S * 1000)
-                page.wait_for_function("!document.querySelector(\"[data-testid='stSkeleton']\")",
-                                       timeout=RUN_LIMIT_S * 1000)
+                page.wait_for_function(
+                    "!document.querySelector(\"[data-testid='stSkeleton']\")", timeout=RUN_LIMIT_S * 1000
+                )
                 rendered_at = time.time()
             except Exception:  # noqa: BLE001 - the limit: report it as not finished
                 finished = False
@@ -226,8 +239,14 @@ def run(browser, size: int, follower: str) -> dict:
         finally:
             process.terminate()
             process.wait(timeout=30)
-        result = {"size": size, "follower": follower, "finished": finished, "ws_bytes": received["bytes"],
-                  "busy_s": busy, "rerun_bytes": rerun}
+        result = {
+            "size": size,
+            "follower": follower,
+            "finished": finished,
+            "ws_bytes": received["bytes"],
+            "busy_s": busy,
+            "rerun_bytes": rerun,
+        }
         if out.exists():
             log = json.loads(out.read_text())
             result.update(per_chunk_by_tenth(log))
@@ -269,8 +288,10 @@ def main() -> None:
 
     rows = []
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=[
-            "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking"])
+        browser = playwright.chromium.launch(
+            executable_path=CHROMIUM,
+            args=["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking"],
+        )
         for size in SIZES:
             answer = len(long_answer(size).encode())
             for follower in FOLLOWERS:
@@ -279,22 +300,41 @@ def main() -> None:
                 rerun = r["rerun_bytes"]
                 # Any Streamlit run sends the whole page; what the answer itself cost is the rest.
                 own = r["ws_bytes"] - (rerun - answer) if rerun is not None else None
-                rows.append([
-                    f"{answer / 1000:,.0f} KB", FOLLOWERS[follower],
-                    f"{r['ws_bytes'] / 1e6:,.2f} MB" + ("" if r["finished"] else f" (not finished in {RUN_LIMIT_S} s)"),
-                    f"{r['ws_bytes'] / answer:,.1f}x" if r["finished"] else f">{r['ws_bytes'] / answer:,.0f}x",
-                    f"{rerun / 1e3:,.0f} KB" if rerun is not None else "-",
-                    f"{own / answer:,.1f}x" if own is not None else "-",
-                    f"{total[0]:,.1f} / {total[1]:,.1f}", f"{total[1] / total[0]:,.2f}" if total[0] else "-",
-                    f"{page[0]:,.1f} / {page[1]:,.1f}",
-                    f"{r['last_to_render']:,.2f}" if r.get("last_to_render") is not None else "-",
-                    f"{r['busy_s']:,.1f}"])
+                rows.append(
+                    [
+                        f"{answer / 1000:,.0f} KB",
+                        FOLLOWERS[follower],
+                        f"{r['ws_bytes'] / 1e6:,.2f} MB"
+                        + ("" if r["finished"] else f" (not finished in {RUN_LIMIT_S} s)"),
+                        f"{r['ws_bytes'] / answer:,.1f}x" if r["finished"] else f">{r['ws_bytes'] / answer:,.0f}x",
+                        f"{rerun / 1e3:,.0f} KB" if rerun is not None else "-",
+                        f"{own / answer:,.1f}x" if own is not None else "-",
+                        f"{total[0]:,.1f} / {total[1]:,.1f}",
+                        f"{total[1] / total[0]:,.2f}" if total[0] else "-",
+                        f"{page[0]:,.1f} / {page[1]:,.1f}",
+                        f"{r['last_to_render']:,.2f}" if r.get("last_to_render") is not None else "-",
+                        f"{r['busy_s']:,.1f}",
+                    ]
+                )
                 print(rows[-1], flush=True)
         browser.close()
     print()
-    print_table(["answer", "follower", "WebSocket bytes, send to final render", "bytes / answer",
-                 "a full rerun afterwards", "less the page's own run, / answer", "server µs per chunk, first / last tenth", "last / first",
-                 "of which the page µs, first / last", "last chunk -> final render s", "browser main thread s"], rows)
+    print_table(
+        [
+            "answer",
+            "follower",
+            "WebSocket bytes, send to final render",
+            "bytes / answer",
+            "a full rerun afterwards",
+            "less the page's own run, / answer",
+            "server µs per chunk, first / last tenth",
+            "last / first",
+            "of which the page µs, first / last",
+            "last chunk -> final render s",
+            "browser main thread s",
+        ],
+        rows,
+    )
 
 
 if __name__ == "__main__":

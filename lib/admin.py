@@ -1,33 +1,32 @@
 """Operator commands: `python -m lib.admin create-table` (more subcommands: see --help)."""
+
 from __future__ import annotations
 
 import argparse
 import sys
 
-import boto3
-
 from lib.config import Settings
+from lib.database import create_aws_database
+from lib.errors import ChatError, ConfigError
 from lib.ops import commands as data_care
-from lib.ops import context_commands
-from lib.ops import search_commands
-from lib.database import RETRIES
-from lib.storage.schema import TTL_ATTRIBUTE, create_table, table_exists
+from lib.ops import context_commands, search_commands
+from lib.storage.schema import TTL_ATTRIBUTE
 
 
 def create_aws_table(settings: Settings) -> str:
-    """Create the table on AWS: on-demand, TTL attribute, point-in-time recovery, deletion protection."""
-    client = boto3.session.Session().client("dynamodb", region_name=settings.region, endpoint_url=settings.dynamodb_endpoint or None,
-                          config=RETRIES)
-    if table_exists(client, settings.table):
+    """Create the table on AWS: on-demand, TTL attribute, point-in-time recovery, deletion protection, the vector
+    index. ConfigError with the local backend, which makes its own table when the app starts."""
+    if settings.backend != "aws":
+        raise ConfigError(
+            "create-table creates the table on AWS: set CHAT_BACKEND=aws (and CHAT_TABLE, "
+            "CHAT_REGION). The local backend makes its table itself when the app starts."
+        )
+    if not create_aws_database(settings).created:
         return f"Table '{settings.table}' already exists in {settings.region}; nothing changed."
-    create_table(client, settings.table, vector_dimensions=settings.embed_dimensions)  # with the vector index
-    client.update_time_to_live(TableName=settings.table,
-                               TimeToLiveSpecification={"Enabled": True, "AttributeName": TTL_ATTRIBUTE})
-    client.update_continuous_backups(TableName=settings.table,
-                                     PointInTimeRecoverySpecification={"PointInTimeRecoveryEnabled": True})
-    client.update_table(TableName=settings.table, DeletionProtectionEnabled=True)
-    return (f"Created table '{settings.table}' in {settings.region}: on-demand, TTL on '{TTL_ATTRIBUTE}', "
-            f"point-in-time recovery, deletion protection, vector index ({settings.embed_dimensions} dimensions).")
+    return (
+        f"Created table '{settings.table}' in {settings.region}: on-demand, TTL on '{TTL_ATTRIBUTE}', "
+        f"point-in-time recovery, deletion protection, vector index ({settings.embed_dimensions} dimensions)."
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -67,18 +66,24 @@ def main(argv: list[str] | None = None) -> int:
     if args.command in search_commands.NAMES:
         return search_commands.run(args, settings)
     if args.command == "create-table":
-        print(create_aws_table(settings))
+        try:
+            print(create_aws_table(settings))
+        except ChatError as exc:  # no credentials, DynamoDB unreachable, or not the AWS backend: one sentence
+            print(f"create-table: {exc}", file=sys.stderr)
+            return 2
     elif args.command == "seed-demo":
         if settings.backend == "aws" and not args.allow_aws:
             print("Refusing to write demo data to AWS without --allow-aws.", file=sys.stderr)
             return 2
-        from lib.ops.seed import seed_demo
         from lib.services import build_services
+        from lib.turn.demo import seed_demo
 
         services = build_services(settings)
         counts = seed_demo(services, days=args.days)
-        print(f"Seeded {counts['sessions']} sessions, {counts['turns']} turns ({counts['failed']} failed) into "
-              f"{services.database.where}.")
+        print(
+            f"Seeded {counts['sessions']} sessions, {counts['turns']} turns ({counts['failed']} failed) into "
+            f"{services.database.where}."
+        )
     return 0
 
 

@@ -4,6 +4,7 @@ SETTINGS lists every setting, its default and meaning; the README's configuratio
 table lists the same (a test checks they agree). A Settings field is the setting's
 name without the CHAT_ prefix, lower-cased (ANTHROPIC_API_KEY -> anthropic_api_key).
 """
+
 from __future__ import annotations
 
 import os
@@ -18,83 +19,148 @@ SETTINGS: dict[str, tuple[str, str]] = {
     "CHAT_TABLE": ("chat", "DynamoDB table name."),
     "CHAT_REGION": ("us-east-1", "AWS region of the table (and of Bedrock unless `CHAT_BEDROCK_REGION` is set)."),
     "CHAT_DYNAMODB_ENDPOINT": ("", "Endpoint URL override for `aws` (e.g. a VPC endpoint or DynamoDB Local)."),
-    "CHAT_DATA_DIR": (".chat-data", "Folder of the `local` backend's database (`chat.sqlite3`, SQLite; created if "
-                                    "missing); `:memory:` keeps nothing."),
-    "CHAT_CURSOR_SECRET": ("", "Key that signs page cursors; random per process when unset (local only: required with "
-                               "`CHAT_BACKEND=aws`, the same on every replica)."),
-    "CHAT_IDENTITY": ("", "`dev`, `header`, `alb` or `oidc`. Unset: `oidc` if secrets have an `[auth]` block, "
-                          "else `dev` (`dev` is refused with `CHAT_BACKEND=aws`)."),
+    "CHAT_DATA_DIR": (
+        ".chat-data",
+        "Folder of the `local` backend's database (`chat.sqlite3`, SQLite; created if "
+        "missing); `:memory:` keeps nothing.",
+    ),
+    "CHAT_CURSOR_SECRET": (
+        "",
+        "Key that signs page cursors; random per process when unset (local only: required with "
+        "`CHAT_BACKEND=aws`, the same on every replica).",
+    ),
+    "CHAT_IDENTITY": (
+        "",
+        "`dev`, `header`, `alb` or `oidc`. Unset: `oidc` if secrets have an `[auth]` block, "
+        "else `dev` (`dev` is refused with `CHAT_BACKEND=aws`).",
+    ),
     "CHAT_DEV_USER": ("dev@localhost", "The fixed user of `dev` identity."),
     "CHAT_IDENTITY_HEADER": ("X-Forwarded-Email", "`header` identity: the header the SSO proxy sets."),
     "CHAT_PROXY_SECRET_HEADER": ("X-Proxy-Secret", "`header` identity: header carrying the proxy's shared secret."),
-    "CHAT_PROXY_SECRET": ("", "`header` identity: if set, requests without this secret in that header are refused "
-                              "(required with `CHAT_BACKEND=aws` unless `CHAT_TRUST_NETWORK=1`)."),
-    "CHAT_TRUST_NETWORK": ("", "`1`: `header` identity on AWS without `CHAT_PROXY_SECRET`, because the network lets "
-                               "only the proxy reach the app (say so only if it is true)."),
+    "CHAT_PROXY_SECRET": (
+        "",
+        "`header` identity: if set, requests without this secret in that header are refused "
+        "(required with `CHAT_BACKEND=aws` unless `CHAT_TRUST_NETWORK=1`).",
+    ),
+    "CHAT_TRUST_NETWORK": (
+        "",
+        "`1`: `header` identity on AWS without `CHAT_PROXY_SECRET`, because the network lets "
+        "only the proxy reach the app (say so only if it is true).",
+    ),
     "CHAT_ALB_ARN": ("", "`alb` identity: the load balancer's ARN; a sign-in token signed by any other is refused."),
-    "CHAT_ALB_KEY_URL": ("", "`alb` identity: where the ALB's public keys are; unset: "
-                             "`https://public-keys.auth.elb.<region of CHAT_ALB_ARN>.amazonaws.com`."),
-    "CHAT_MODEL_PROVIDER": ("", "`demo`, `anthropic` or `bedrock`. Unset: `anthropic` if `ANTHROPIC_API_KEY` is set, "
-                                "else `demo`."),
+    "CHAT_ALB_KEY_URL": (
+        "",
+        "`alb` identity: where the ALB's public keys are; unset: "
+        "`https://public-keys.auth.elb.<region of CHAT_ALB_ARN>.amazonaws.com`.",
+    ),
+    "CHAT_MODEL_PROVIDER": (
+        "",
+        "`demo`, `anthropic` or `bedrock`. Unset: `anthropic` if `ANTHROPIC_API_KEY` is set, else `demo`.",
+    ),
     "ANTHROPIC_API_KEY": ("", "API key for the `anthropic` provider (a secret: environment or secrets.toml only)."),
     "CHAT_ANTHROPIC_BASE_URL": ("", "Base URL override for the `anthropic` provider (a gateway)."),
     "CHAT_MODEL": ("claude-sonnet-4-6", "Model name for the `anthropic` provider."),
-    "CHAT_BEDROCK_MODEL": ("", "Model or inference-profile id for the `bedrock` provider (required with it: ids "
-                               "depend on what your account enabled)."),
+    "CHAT_BEDROCK_MODEL": (
+        "",
+        "Model or inference-profile id for the `bedrock` provider (required with it: ids "
+        "depend on what your account enabled).",
+    ),
     "CHAT_BEDROCK_REGION": ("", "Bedrock region; unset: `CHAT_REGION`."),
     "CHAT_BEDROCK_BASE_URL": ("", "Bedrock endpoint override (a VPC endpoint)."),
     "CHAT_MAX_TOKENS": ("4096", "Most tokens one answer may have."),
     "CHAT_MODEL_MAX_RETRIES": ("2", "Retries of a model call that failed before its first token (429, 529, network)."),
     "CHAT_MODEL_CONNECT_TIMEOUT_S": ("10", "Deadline to connect to the model's endpoint, in seconds."),
-    "CHAT_MODEL_STALL_S": ("60", "An answer that receives nothing for this many seconds fails (what arrived is kept, "
-                                 "with Retry); Claude sends keep-alive pings well within it."),
-    "CHAT_MODEL_RETRY_AFTER_MAX_S": ("20", "Longest wait honoured from a `retry-after` header before a retry "
-                                           "(a 429 asking for an hour fails the turn instead of hanging it)."),
-    "CHAT_CONTEXT_TOKENS": ("24000", "Token budget of everything sent with a question: system prompt, memories, "
-                                       "summary, recalled and newest turns, the question."),
+    "CHAT_MODEL_STALL_S": (
+        "60",
+        "An answer that receives nothing for this many seconds fails (what arrived is kept, "
+        "with Retry); Claude sends keep-alive pings well within it.",
+    ),
+    "CHAT_MODEL_RETRY_AFTER_MAX_S": (
+        "20",
+        "Longest wait honoured from a `retry-after` header before a retry "
+        "(a 429 asking for an hour fails the turn instead of hanging it).",
+    ),
+    "CHAT_CONTEXT_TOKENS": (
+        "24000",
+        "Token budget of everything sent with a question: system prompt, memories, "
+        "summary, recalled and newest turns, the question.",
+    ),
     "CHAT_SYSTEM_PROMPT_ID": ("default-v1", "System prompt of new turns (see `lib/model/prompts.py`)."),
     "CHAT_PENDING_TIMEOUT_S": ("300", "A turn still pending after this many seconds is shown as interrupted."),
     "CHAT_DEMO_DELAY": ("0.02", "Seconds between the demo model's chunks."),
-    "CHAT_MAX_GENERATIONS_PER_USER": ("3", "Answers one user may have being written at once (any chats, tabs and "
-                                             "devices served by one process); one more is refused with the text kept."),
+    "CHAT_MAX_GENERATIONS_PER_USER": (
+        "3",
+        "Answers one user may have being written at once (any chats, tabs and "
+        "devices served by one process); one more is refused with the text kept.",
+    ),
     "CHAT_MAX_GENERATIONS": ("100", "Answers one app process writes at once, all users together."),
-    "CHAT_UNWATCHED_STOP_S": ("0", "Stop an answer that no page has shown for this many seconds (saved as stopped, "
-                                   "with Retry); `0`: finish it even if every tab closed."),
-    "CHAT_REDIS_URL": ("", "Optional hot tier (`redis://host:6379/0`): live answers, pending turns and per-chat "
-                           "change counters shared by replicas. Unset: each process serves its own tabs."),
+    "CHAT_UNWATCHED_STOP_S": (
+        "0",
+        "Stop an answer that no page has shown for this many seconds (saved as stopped, "
+        "with Retry); `0`: finish it even if every tab closed.",
+    ),
+    "CHAT_REDIS_URL": (
+        "",
+        "Optional hot tier (`redis://host:6379/0`): live answers, pending turns and per-chat "
+        "change counters shared by replicas. Unset: each process serves its own tabs.",
+    ),
     "CHAT_ADMINS": ("", "Comma-separated user ids (emails) who see everyone's usage on the cost page."),
-    "CHAT_LEDGER_FLUSH_S": ("300", "Seconds between usage-ledger flushes (at least 30); a crash loses at most this much "
-                                   "usage counting, never chat data. See 'The usage ledger' in the README."),
+    "CHAT_LEDGER_FLUSH_S": (
+        "300",
+        "Seconds between usage-ledger flushes (at least 30); a crash loses at most this much "
+        "usage counting, never chat data. See 'The usage ledger' in the README.",
+    ),
     "CHAT_PRICE_WRU_PER_M": ("0.625", "USD per million write request units (DynamoDB on-demand, us-east-1)."),
     "CHAT_PRICE_RRU_PER_M": ("0.125", "USD per million read request units."),
     "CHAT_PRICE_STORAGE_GB_MONTH": ("0.25", "USD per GB-month of table storage."),
-    "CHAT_MODEL_PRICES": ("", "JSON object of model -> [USD per M input tokens, per M output tokens], merged over "
-                              "the built-in list prices (`lib/usage/pricing.py`)."),
-    # The context engine (README: "Context: summaries, memories, recall").
-    "CHAT_SUMMARY_MODEL": ("", "Cheaper model that writes running summaries and extracts memories. Unset: "
-                               "`claude-haiku-4-5` (anthropic), `CHAT_BEDROCK_MODEL` (bedrock); the demo provider "
-                               "uses offline extractive versions."),
+    "CHAT_MODEL_PRICES": (
+        "",
+        "JSON object of model -> [USD per M input tokens, per M output tokens], merged over "
+        "the built-in list prices (`lib/usage/pricing.py`).",
+    ),
+    # The context engine (docs/context.md: summaries, memories, recall).
+    "CHAT_SUMMARY_MODEL": (
+        "",
+        "Cheaper model that writes running summaries and extracts memories. Unset: "
+        "`claude-haiku-4-5` (anthropic), `CHAT_BEDROCK_MODEL` (bedrock); the demo provider "
+        "uses offline extractive versions.",
+    ),
     "CHAT_VERBATIM_TURNS": ("6", "Newest turns a running summary never covers (they are sent word for word)."),
     "CHAT_SUMMARY_EVERY": ("10", "Summarise when this many turns older than the verbatim window are unsummarised."),
     "CHAT_SUMMARY_TOKENS": ("600", "Longest running summary, in tokens."),
     "CHAT_MEMORY_TOKENS": ("2000", "Cap on one user's memories, in tokens; past it new facts are not kept."),
     "CHAT_RECALL_TURNS": ("4", "Most older turns recalled into the context for one question."),
-    # Semantic search (README: "Search").
-    "CHAT_EMBED_PROVIDER": ("local", "`local` (offline: the `wordllama` package's bundled 256-d weights), `bedrock` "
-                                     "(Cohere Embed v4 or Titan Text Embeddings V2) or `off` (keyword search only)."),
-    "CHAT_EMBED_MODEL": ("", "Embedding model id. Unset: `wordllama-l2_supercat-256` (local), "
-                             "`us.cohere.embed-v4:0` (bedrock); `amazon.titan-embed-text-v2:0` selects Titan."),
-    "CHAT_EMBED_DIMENSIONS": ("256", "Vector dimensions: fixed when the index is made (local: 256 only; Cohere v4: "
-                                     "256/512/1024/1536; Titan v2: 256/512/1024)."),
+    # Semantic search (docs/search.md).
+    "CHAT_EMBED_PROVIDER": (
+        "local",
+        "`local` (offline: the `wordllama` package's bundled 256-d weights), `bedrock` "
+        "(Cohere Embed v4 or Titan Text Embeddings V2) or `off` (keyword search only).",
+    ),
+    "CHAT_EMBED_MODEL": (
+        "",
+        "Embedding model id. Unset: `wordllama-l2_supercat-256` (local), "
+        "`us.cohere.embed-v4:0` (bedrock); `amazon.titan-embed-text-v2:0` selects Titan.",
+    ),
+    "CHAT_EMBED_DIMENSIONS": (
+        "256",
+        "Vector dimensions: fixed when the index is made (local: 256 only; Cohere v4: "
+        "256/512/1024/1536; Titan v2: 256/512/1024).",
+    ),
     "CHAT_EMBED_REGION": ("", "Bedrock region of the `bedrock` embedder; unset: `CHAT_BEDROCK_REGION`."),
     "CHAT_EMBED_BASE_URL": ("", "Bedrock runtime endpoint override for the embedder (a VPC endpoint)."),
     "CHAT_EMBED_TIMEOUT_S": ("10", "Deadline of one embedding call (Bedrock), in seconds."),
-    "CHAT_PRICE_EMBED_PER_M": ("", "USD per million embedding tokens (`bedrock`); unset: shown as unknown. "
-                                   "`local` is free."),
-    "CHAT_PRICE_VECTOR_WRITE_PER_GB": ("", "USD per GB of vector index writes (VectorWriteRequestBytes); unset: "
-                                           "shown as unknown."),
-    "CHAT_PRICE_VECTOR_SEARCH_PER_GB": ("", "USD per GB of vector searches (VectorSearchRequestBytes); unset: "
-                                            "shown as unknown."),
+    "CHAT_PRICE_EMBED_PER_M": (
+        "",
+        "USD per million embedding tokens (`bedrock`); unset: shown as unknown. `local` is free.",
+    ),
+    "CHAT_PRICE_VECTOR_WRITE_PER_GB": (
+        "",
+        "USD per GB of vector index writes (VectorWriteRequestBytes); unset: shown as unknown.",
+    ),
+    "CHAT_PRICE_VECTOR_SEARCH_PER_GB": (
+        "",
+        "USD per GB of vector searches (VectorSearchRequestBytes); unset: shown as unknown.",
+    ),
 }
 
 _SECRET = {"cursor_secret", "proxy_secret", "anthropic_api_key"}
@@ -173,8 +239,13 @@ class Settings:
     redis_url: str = field(default="", repr=False)
 
     @classmethod
-    def load(cls, env: Mapping[str, str] | None = None, secrets: Mapping[str, Any] | None = None, *,
-             for_operator: bool = False) -> "Settings":
+    def load(
+        cls,
+        env: Mapping[str, str] | None = None,
+        secrets: Mapping[str, Any] | None = None,
+        *,
+        for_operator: bool = False,
+    ) -> "Settings":
         """Settings, checked; ConfigError says what is wrong and the fix. `for_operator`: an admin command, which
         serves no browser, so the sign-in and cursor settings are not required."""
         env = os.environ if env is None else env
@@ -200,24 +271,30 @@ class Settings:
         if not values["model_provider"]:
             values["model_provider"] = "anthropic" if values["anthropic_api_key"] else "demo"
         if values["model_provider"] not in ("demo", "anthropic", "bedrock"):
-            raise ConfigError(f"CHAT_MODEL_PROVIDER must be 'demo', 'anthropic' or 'bedrock', "
-                              f"not {values['model_provider']!r}.")
+            raise ConfigError(
+                f"CHAT_MODEL_PROVIDER must be 'demo', 'anthropic' or 'bedrock', not {values['model_provider']!r}."
+            )
         if values["model_provider"] == "anthropic" and not values["anthropic_api_key"]:
             raise ConfigError("CHAT_MODEL_PROVIDER=anthropic needs ANTHROPIC_API_KEY (environment or secrets.toml).")
         if values["model_provider"] == "bedrock" and not values["bedrock_model"]:
-            raise ConfigError("CHAT_MODEL_PROVIDER=bedrock needs CHAT_BEDROCK_MODEL: the model or inference-profile id "
-                              "enabled in your account (see `aws bedrock list-inference-profiles`).")
+            raise ConfigError(
+                "CHAT_MODEL_PROVIDER=bedrock needs CHAT_BEDROCK_MODEL: the model or inference-profile id "
+                "enabled in your account (see `aws bedrock list-inference-profiles`)."
+            )
         values["bedrock_region"] = values["bedrock_region"] or values["region"]
         if not values["summary_model"]:
-            values["summary_model"] = values["bedrock_model"] if values["model_provider"] == "bedrock" \
-                else "claude-haiku-4-5"
+            values["summary_model"] = (
+                values["bedrock_model"] if values["model_provider"] == "bedrock" else "claude-haiku-4-5"
+            )
         for name in ("verbatim_turns", "summary_every", "summary_tokens", "memory_tokens", "recall_turns"):
             if values[name] < 1:
                 raise ConfigError(f"CHAT_{name.upper()} must be at least 1.")
         _check_embedder(values)
         if values["redis_url"] and not values["redis_url"].startswith(("redis://", "rediss://", "unix://")):
-            raise ConfigError("CHAT_REDIS_URL must be a Redis URL (redis://host:6379/0, rediss://... or unix://...), "
-                              "or unset for no hot tier.")
+            raise ConfigError(
+                "CHAT_REDIS_URL must be a Redis URL (redis://host:6379/0, rediss://... or unix://...), "
+                "or unset for no hot tier."
+            )
         for name in ("max_generations_per_user", "max_generations"):
             if values[name] < 1:
                 raise ConfigError(f"CHAT_{name.upper()} must be at least 1.")
@@ -248,8 +325,9 @@ def _check_embedder(values: dict[str, Any]) -> None:
     if provider == "bedrock":
         allowed = (256, 512, 1024) if "titan" in values["embed_model"] else (256, 512, 1024, 1536)
         if dims not in allowed:
-            raise ConfigError(f"CHAT_EMBED_DIMENSIONS must be one of {', '.join(map(str, allowed))} for "
-                              f"{values['embed_model']}.")
+            raise ConfigError(
+                f"CHAT_EMBED_DIMENSIONS must be one of {', '.join(map(str, allowed))} for {values['embed_model']}."
+            )
     for name in ("model_connect_timeout_s", "model_stall_s"):
         if values[name] <= 0:
             raise ConfigError(f"CHAT_{name.upper()} must be more than 0.")
@@ -262,8 +340,7 @@ def _check_embedder(values: dict[str, Any]) -> None:
             if values[name] and float(values[name]) < 0:
                 raise ValueError
         except ValueError as exc:
-            raise ConfigError(f"CHAT_{name.upper()} must be a number of USD (or unset), not {values[name]!r}.") \
-                from exc
+            raise ConfigError(f"CHAT_{name.upper()} must be a number of USD (or unset), not {values[name]!r}.") from exc
 
 
 def _check_serving(values: dict[str, Any], secrets: Mapping[str, Any]) -> None:
@@ -274,8 +351,10 @@ def _check_serving(values: dict[str, Any], secrets: Mapping[str, Any]) -> None:
         if isinstance(auth, Mapping):
             values["identity"] = "oidc"
         elif aws:
-            raise ConfigError("CHAT_BACKEND=aws needs a real identity: set CHAT_IDENTITY to 'alb', 'header' or 'oidc' "
-                              "(see 'Deploying behind SSO' in the README).")
+            raise ConfigError(
+                "CHAT_BACKEND=aws needs a real identity: set CHAT_IDENTITY to 'alb', 'header' or 'oidc' "
+                "(see 'Deploying behind SSO' in the README)."
+            )
         else:
             values["identity"] = "dev"
     identity = values["identity"]
@@ -285,24 +364,36 @@ def _check_serving(values: dict[str, Any], secrets: Mapping[str, Any]) -> None:
         raise ConfigError(f"CHAT_TRUST_NETWORK must be '1' or unset, not {values['trust_network']!r}.")
     if identity == "dev" and aws:
         # Everyone would be the same dev user on the production table.
-        raise ConfigError("CHAT_IDENTITY=dev is refused with CHAT_BACKEND=aws: everyone would share one user's chats. "
-                          "Set CHAT_IDENTITY to 'alb', 'header' or 'oidc' (see 'Deploying behind SSO' in the README).")
+        raise ConfigError(
+            "CHAT_IDENTITY=dev is refused with CHAT_BACKEND=aws: everyone would share one user's chats. "
+            "Set CHAT_IDENTITY to 'alb', 'header' or 'oidc' (see 'Deploying behind SSO' in the README)."
+        )
     if identity == "header" and aws and not values["proxy_secret"] and values["trust_network"] != "1":
         # Without the secret, anyone who reaches the app around the proxy can claim any email.
-        raise ConfigError("CHAT_IDENTITY=header on AWS needs CHAT_PROXY_SECRET (a random value the proxy sends in "
-                          "CHAT_PROXY_SECRET_HEADER), or CHAT_TRUST_NETWORK=1 if the network lets only the proxy reach "
-                          "the app.")
+        raise ConfigError(
+            "CHAT_IDENTITY=header on AWS needs CHAT_PROXY_SECRET (a random value the proxy sends in "
+            "CHAT_PROXY_SECRET_HEADER), or CHAT_TRUST_NETWORK=1 if the network lets only the proxy reach "
+            "the app."
+        )
     if identity == "alb" and not values["alb_arn"].startswith("arn:aws"):
-        raise ConfigError("CHAT_IDENTITY=alb needs CHAT_ALB_ARN: the load balancer's ARN (the stack's "
-                          "LoadBalancerArn output), so that tokens signed by another load balancer are refused.")
+        raise ConfigError(
+            "CHAT_IDENTITY=alb needs CHAT_ALB_ARN: the load balancer's ARN (the stack's "
+            "LoadBalancerArn output), so that tokens signed by another load balancer are refused."
+        )
     if identity == "oidc":
         if not isinstance(auth, Mapping):
-            raise ConfigError("CHAT_IDENTITY=oidc needs an [auth] block in .streamlit/secrets.toml (redirect_uri, "
-                              "cookie_secret, client_id, client_secret, server_metadata_url): copy it from "
-                              ".streamlit/secrets.toml.example and fill in your identity provider's values.")
+            raise ConfigError(
+                "CHAT_IDENTITY=oidc needs an [auth] block in .streamlit/secrets.toml (redirect_uri, "
+                "cookie_secret, client_id, client_secret, server_metadata_url): copy it from "
+                ".streamlit/secrets.toml.example and fill in your identity provider's values."
+            )
         if not auth.get("cookie_secret"):
-            raise ConfigError("The [auth] block in .streamlit/secrets.toml needs cookie_secret: a long random value, "
-                              "the same on every replica, or sign-ins break when a request lands on another one.")
+            raise ConfigError(
+                "The [auth] block in .streamlit/secrets.toml needs cookie_secret: a long random value, "
+                "the same on every replica, or sign-ins break when a request lands on another one."
+            )
     if aws and not values["cursor_secret"]:
-        raise ConfigError("CHAT_BACKEND=aws needs CHAT_CURSOR_SECRET: a long random value, the same on every replica "
-                          "(page links and 'Load more' would break across replicas and restarts without it).")
+        raise ConfigError(
+            "CHAT_BACKEND=aws needs CHAT_CURSOR_SECRET: a long random value, the same on every replica "
+            "(page links and 'Load more' would break across replicas and restarts without it)."
+        )

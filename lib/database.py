@@ -1,28 +1,41 @@
 """Opens the configured DynamoDB: the embedded local server, or the real table on AWS. Never one for the other."""
+
 from __future__ import annotations
 
+import contextlib
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import boto3
-from botocore.config import Config
-from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, NoRegionError
+from botocore.exceptions import (
+    BotoCoreError,
+    ClientError,
+    NoCredentialsError,
+    NoRegionError,
+)
 
-from lib.storage.capacity import Meter
+from lib import aws
 from lib.config import Settings
-from lib.errors import ConfigError, StoreUnavailable
 from lib.embedded.server import LocalDynamo
-from lib.storage.schema import add_vector_index, create_table, table_exists, vector_index_description
+from lib.errors import ConfigError, StoreUnavailable
+from lib.storage.capacity import Meter
+from lib.storage.schema import (
+    add_vector_index,
+    create_aws_table,
+    create_table,
+    table_exists,
+    vector_index_description,
+)
 from lib.storage.store import ChatStore
 
 # Throttles and transient errors are retried by botocore before the store sees them. Every request has a
 # deadline: DynamoDB answers in milliseconds (a 1 MB Query page well under a second), so a response that
 # takes 10 s is a hung endpoint; with 5 attempts one is reported after about 50 s, not 150 s.
-RETRIES = Config(retries={"mode": "adaptive", "total_max_attempts": 5}, connect_timeout=3, read_timeout=10)
+RETRIES = aws.deadlines(connect_s=3, read_s=10, attempts=5, mode="adaptive")
 # The embedded server runs in this process: it cannot hang on a network, but some of its answers are
 # legitimately slow on a big local table (adding the vector index backfills it before answering).
-LOCAL_RETRIES = Config(retries={"mode": "adaptive", "total_max_attempts": 5}, connect_timeout=5, read_timeout=30)
+LOCAL_RETRIES = aws.deadlines(connect_s=5, read_s=30, attempts=5, mode="adaptive")
 
 MEMORY = ":memory:"  # CHAT_DATA_DIR value for a local database that is not saved
 
@@ -40,6 +53,7 @@ class Database:
     meter: Meter
     where: str
     local: bool
+    created: bool = False  # create_aws_database made the table just now
 
     def store(self, cursor_secret: str | None = None) -> ChatStore:
         return ChatStore(self.client, self.table, self.meter, cursor_secret=cursor_secret or None)
@@ -66,14 +80,23 @@ def stop_local_server(data_dir: str | None) -> None:
 
 
 def local_client(server: LocalDynamo) -> Any:
-    return boto3.session.Session().client("dynamodb", region_name=server.region, endpoint_url=server.endpoint_url,
-                        aws_access_key_id="local", aws_secret_access_key="local", config=LOCAL_RETRIES)
+    return aws.client(
+        "dynamodb",
+        region=server.region,
+        endpoint_url=server.endpoint_url,
+        access_key="local",
+        secret_key="local",
+        config=LOCAL_RETRIES,
+    )
 
 
 def open_database(settings: Settings) -> Database:
-    """Connect as configured; ConfigError or StoreUnavailable says what is wrong and how to fix it."""
-    meter = Meter(trust_reported=settings.backend == "aws")
+    """Connect as configured; ConfigError or StoreUnavailable says what is wrong and how to fix it.
+
+    The local backend makes its table when it is missing; on AWS a missing table is a ConfigError naming the
+    command that creates it (`create_aws_database`)."""
     if settings.backend == "local":
+        meter = Meter(trust_reported=False)
         data_dir = None if settings.data_dir == MEMORY else settings.data_dir
         server = local_server(data_dir, settings.region)
         client = meter.install(local_client(server))
@@ -82,18 +105,59 @@ def open_database(settings: Settings) -> Database:
                 create_table(client, settings.table, vector_dimensions=settings.embed_dimensions)
             elif vector_index_description(client, settings.table) is None:  # made before search existed
                 add_vector_index(client, settings.table, settings.embed_dimensions)  # backfilled before it returns
-        where = (f"local embedded DynamoDB, saved in {data_dir}/" if data_dir
-                 else "local embedded DynamoDB, in memory only (lost when the app stops)")
+        where = (
+            f"local embedded DynamoDB, saved in {data_dir}/"
+            if data_dir
+            else "local embedded DynamoDB, in memory only (lost when the app stops)"
+        )
         return Database(client, settings.table, meter, where, local=True)
 
-    try:
-        client = boto3.session.Session().client("dynamodb", region_name=settings.region,
-                              endpoint_url=settings.dynamodb_endpoint or None, config=RETRIES)
+    with _aws_errors(settings):
+        client = _aws_client(settings)
         if not table_exists(client, settings.table):
             raise ConfigError(
                 f"CHAT_BACKEND=aws, but table '{settings.table}' does not exist in {settings.region}. "
                 f"Create it with: python -m lib.admin create-table"
             )
+    return _aws_database(settings, client)
+
+
+def create_aws_database(settings: Settings) -> Database:
+    """The AWS table as open_database opens it (the same client, deadlines, meter and errors), created first when
+    it is missing: on-demand, TTL, point-in-time recovery, deletion protection, the vector index. `created` says
+    whether it was. For `python -m lib.admin create-table`, with the operator's credentials (the app's task role
+    cannot create tables)."""
+    with _aws_errors(settings):
+        client = _aws_client(settings)
+        created = not table_exists(client, settings.table)
+        if created:
+            create_aws_table(client, settings.table, vector_dimensions=settings.embed_dimensions)
+    return _aws_database(settings, client, created=created)
+
+
+def _aws_client(settings: Settings) -> Any:
+    return aws.client("dynamodb", region=settings.region, endpoint_url=settings.dynamodb_endpoint, config=RETRIES)
+
+
+def _aws_database(settings: Settings, client: Any, *, created: bool = False) -> Database:
+    meter = Meter(trust_reported=True)  # DynamoDB's own figures, where it reports them
+    meter.install(client)
+    return Database(
+        client,
+        settings.table,
+        meter,
+        f"DynamoDB table '{settings.table}' in {settings.region}",
+        local=False,
+        created=created,
+    )
+
+
+@contextlib.contextmanager
+def _aws_errors(settings: Settings) -> Iterator[None]:
+    """The first requests to AWS: missing credentials and refusals are ConfigErrors saying what to set, an
+    unreachable endpoint is StoreUnavailable; never a silent switch to the local database."""
+    try:
+        yield
     except (NoCredentialsError, NoRegionError) as exc:
         raise ConfigError(
             "CHAT_BACKEND=aws, but no AWS credentials were found. Configure them (an instance role, "
@@ -103,5 +167,3 @@ def open_database(settings: Settings) -> Database:
         raise ConfigError(f"CHAT_BACKEND=aws, but DynamoDB refused us: {exc}") from exc
     except BotoCoreError as exc:
         raise StoreUnavailable(f"CHAT_BACKEND=aws, but DynamoDB in {settings.region} cannot be reached: {exc}") from exc
-    meter.install(client)
-    return Database(client, settings.table, meter, f"DynamoDB table '{settings.table}' in {settings.region}", local=False)

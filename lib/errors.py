@@ -37,6 +37,18 @@ class InvalidTitle(ChatError):
     """A session title must be 1 to 120 characters."""
 
 
+class MemoryNotFound(ChatError):
+    """The memory was deleted (perhaps in another tab)."""
+
+
+class SummaryChanged(ChatError):
+    """Another tab or replica wrote the running summary first; this result is dropped."""
+
+
+class EmbedError(ChatError):
+    """The embedding model could not be reached or refused the text: nothing was indexed or searched."""
+
+
 class InvalidCursor(ChatError):
     """The page cursor was tampered with, expired, or belongs to another user or session."""
 
@@ -59,3 +71,15 @@ class ModelError(ChatError):
 
 class NotAuthenticated(ChatError):
     """No trusted identity came with the request."""
+
+
+class GenerationLimit(ChatError):
+    """Too many answers being written at once (per user or per process): nothing was committed."""
+
+
+class EmptyQuestion(ChatError):
+    """A question with no text: nothing was committed."""
+
+
+class ImportRefused(ChatError):
+    """The file is not one the import command can import whole; nothing was written."""

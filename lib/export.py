@@ -1,4 +1,5 @@
 """A whole session as Markdown or JSON, every turn included (not only the loaded page)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -26,5 +27,6 @@ def to_json(session: Session, messages: list[Message]) -> str:
         data.pop("size")
         return data
 
-    return json.dumps({"session": dataclasses.asdict(session), "messages": [turn(m) for m in messages]},
-                      ensure_ascii=False, indent=2)
+    return json.dumps(
+        {"session": dataclasses.asdict(session), "messages": [turn(m) for m in messages]}, ensure_ascii=False, indent=2
+    )

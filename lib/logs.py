@@ -7,18 +7,38 @@ Rule: ids, counts, outcomes, error classes and codes only; never question, answe
 and never a secret. `event` refuses the field names that would carry them, so a slip fails in tests
 rather than leaking into a log pipeline.
 """
+
 from __future__ import annotations
 
 import json
 import logging
 import sys
 import time
+import traceback
 from typing import Any
 
 LOGGER = "chat"
 # Field names that would put chat text or secrets in a log line.
-_FORBIDDEN = frozenset({"text", "question", "answer", "input_body", "output_body", "title", "body", "content",
-                        "prompt", "memory", "summary", "query", "secret", "api_key", "password", "token_value"})
+_FORBIDDEN = frozenset(
+    {
+        "text",
+        "question",
+        "answer",
+        "input_body",
+        "output_body",
+        "title",
+        "body",
+        "content",
+        "prompt",
+        "memory",
+        "summary",
+        "query",
+        "secret",
+        "api_key",
+        "password",
+        "token_value",
+    }
+)
 
 
 class JsonFormatter(logging.Formatter):
@@ -33,6 +53,7 @@ class JsonFormatter(logging.Formatter):
         line.update(getattr(record, "fields", {}))
         if record.exc_info and record.exc_info[0] is not None:
             line["error_class"] = record.exc_info[0].__name__  # the class only: messages can quote chat text
+            line["where"] = where(record.exc_info[2])
         return json.dumps(line, ensure_ascii=False, default=str)
 
 
@@ -72,6 +93,20 @@ def event(name: str, *, level: int = logging.INFO, exc_info: bool = False, **fie
     if leaked:
         raise ValueError(f"log fields {sorted(leaked)} would carry chat text or secrets")
     logger().log(level, name, extra={"fields": fields}, exc_info=exc_info)
+
+
+def where(tb: Any, limit: int = 4) -> list[str]:
+    """The innermost frames of a traceback as 'file:line function' (paths from the package root): enough to
+    find a bug, and never the exception's message or a variable's value."""
+    frames = traceback.extract_tb(tb)[-limit:] if tb is not None else []
+    return [f"{_short(f.filename)}:{f.lineno} {f.name}" for f in frames]
+
+
+def _short(path: str) -> str:
+    marker = path.rfind("/lib/")
+    if marker < 0:
+        marker = path.rfind("/site-packages/")
+    return path[marker + 1 :] if marker >= 0 else path.rsplit("/", 1)[-1]
 
 
 def warning(name: str, **fields: Any) -> None:

@@ -1,14 +1,22 @@
-"""Builds what the pages need from Settings: the database, the store and the model. Pages get it from
-one st.cache_resource factory (`lib.web.ui.services`), so one process shares one client and one model."""
+"""Builds what the pages and commands need from Settings, once per process: the database, the store, the model,
+the usage ledger, the search indexer, the context engine, the registry of answers being written (with the
+optional hot tier) and the chat service that owns a turn's life. Pages get it from one st.cache_resource
+factory (`lib.web.ui.services`), so one process shares one client, one model and one embedder."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 from lib.config import Settings
+from lib.context.engine import ContextEngine
 from lib.database import Database, open_database
-from lib.usage.ledger import Ledger
 from lib.model.models import AnthropicModel, ChatModel, DemoModel
+from lib.search.indexer import Indexer, make_indexer, searchable_indexer
 from lib.storage.store import ChatStore
+from lib.turn.chat import ChatService
+from lib.turn.worker import Generations
+from lib.usage.ledger import Ledger
 
 
 @dataclass(frozen=True)
@@ -18,26 +26,66 @@ class Services:
     store: ChatStore
     model: ChatModel
     ledger: Ledger
+    indexer: Indexer | None  # None when CHAT_EMBED_PROVIDER=off (whether the table has the index is asked later)
+    engine: ContextEngine
+    generations: Generations
+    chat: ChatService
+
+    @property
+    def hot(self):
+        """The hot tier (lib.hot.tier.HotTier) with CHAT_REDIS_URL, else None."""
+        return self.generations.hot
 
 
 def make_model(settings: Settings) -> ChatModel:
     if settings.model_provider == "demo":
         return DemoModel(delay_s=settings.demo_delay)
-    from lib.model.deadlines import client_options, with_capped_retry_after
-
     import anthropic
+
+    from lib.model.deadlines import client_options, with_capped_retry_after
 
     options = client_options(settings)
     if settings.model_provider == "bedrock":
         client = with_capped_retry_after(anthropic.AnthropicBedrock, settings.model_retry_after_max_s)(
-            aws_region=settings.bedrock_region, base_url=settings.bedrock_base_url or None, **options)
+            aws_region=settings.bedrock_region, base_url=settings.bedrock_base_url or None, **options
+        )
         return AnthropicModel(client, settings.bedrock_model, settings.max_tokens, provider="bedrock")
     client = with_capped_retry_after(anthropic.Anthropic, settings.model_retry_after_max_s)(
-        api_key=settings.anthropic_api_key, base_url=settings.anthropic_base_url or None, **options)
+        api_key=settings.anthropic_api_key, base_url=settings.anthropic_base_url or None, **options
+    )
     return AnthropicModel(client, settings.model, settings.max_tokens)
+
+
+def make_generations(settings: Settings) -> Generations:
+    """The process's registry of answers being written, with the hot tier when CHAT_REDIS_URL is set."""
+    hot = None
+    if settings.redis_url:
+        from lib.hot.tier import HotTier, key_prefix
+
+        hot = HotTier.connect(settings.redis_url, prefix=key_prefix(settings.table), ttl_s=settings.pending_timeout_s)
+    return Generations(
+        per_user=settings.max_generations_per_user,
+        per_process=settings.max_generations,
+        unwatched_stop_s=settings.unwatched_stop_s,
+        save_deadline_s=settings.pending_timeout_s,
+        hot=hot,
+    )
 
 
 def build_services(settings: Settings) -> Services:
     database = open_database(settings)
     ledger = Ledger(database.client, database.table, database.meter, flush_interval_s=settings.ledger_flush_s)
-    return Services(settings, database, database.store(settings.cursor_secret), make_model(settings), ledger.start())
+    ledger.start()
+    store = database.store(settings.cursor_secret)
+    model = make_model(settings)
+    parts = SimpleNamespace(settings=settings, database=database, ledger=ledger, indexer=None)
+    indexer = parts.indexer = make_indexer(parts)  # one embedder per process
+    # Whether the table has the vector index is asked again now and then (searchable_indexer), so an index an
+    # operator adds is used without a restart.
+    ready = (lambda: searchable_indexer(parts) is not None) if indexer is not None else (lambda: False)
+    engine = ContextEngine(
+        database.client, database.table, database.meter, model, settings, ledger, indexer=indexer, index_ready=ready
+    )
+    generations = make_generations(settings)
+    chat = ChatService(settings, store, model, ledger, engine, generations, local=database.local)
+    return Services(settings, database, store, model, ledger, indexer, engine, generations, chat)

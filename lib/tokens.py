@@ -6,6 +6,7 @@ on Chinese and Japanese, so four-per-token would undercount them fourfold and a
 budget would be passed). Terms are lower-cased words, plus character bigrams for CJK
 text, which has no spaces to split on.
 """
+
 from __future__ import annotations
 
 import re
@@ -15,11 +16,13 @@ _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-
 _WORD = re.compile(r"[a-z0-9][a-z0-9_'.:-]*[a-z0-9]|[a-z0-9]")
 _CJK_RUN = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]+")
 
-STOPWORDS = frozenset("""a an and are as at be been but by can could did do does for from had has have how i if in
+STOPWORDS = frozenset(
+    """a an and are as at be been but by can could did do does for from had has have how i if in
 into is it its me my of on or our so that the their them then there these they this to us was we were what when where
 which who why will with would you your about again also any just like more most not now only other should some such
 than too very tell remind said say know think please okay ok yes no hi hello thanks thank did didn't don't what's
-i'm i've we've let's one two get got make made use used""".split())
+i'm i've we've let's one two get got make made use used""".split()
+)
 
 
 def count(text: str) -> int:
@@ -42,7 +45,7 @@ def terms(text: str) -> list[str]:
     lowered = text.lower()
     found = [_stem(w.strip("'.:-")) for w in _WORD.findall(lowered) if w not in STOPWORDS and len(w) > 1]
     for run in _CJK_RUN.findall(lowered):
-        found += [run[i:i + 2] for i in range(len(run) - 1)] if len(run) > 1 else [run]
+        found += [run[i : i + 2] for i in range(len(run) - 1)] if len(run) > 1 else [run]
     return [t for t in found if t]
 
 

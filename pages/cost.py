@@ -1,4 +1,5 @@
 """Usage & cost: what DynamoDB and the model cost, per day, user, action and model. Thin over lib.usage.costs."""
+
 from __future__ import annotations
 
 import datetime as dt
@@ -33,8 +34,11 @@ def load_buckets(table: str, days: tuple[str, ...], user: str | None, reader: st
 with st.sidebar:
     ui.page_links()
 st.title("Usage & cost", anchor=False)
-st.caption("Everyone's usage (you are an admin)." if is_admin else
-           f"Your own usage ({me.display}). Admins listed in CHAT_ADMINS see everyone's.")
+st.caption(
+    "Everyone's usage (you are an admin)."
+    if is_admin
+    else f"Your own usage ({me.display}). Admins listed in CHAT_ADMINS see everyone's."
+)
 
 today = dt.datetime.now(dt.timezone.utc).date()
 range_col, refresh_col = st.columns([4, 1], vertical_alignment="bottom")
@@ -47,10 +51,12 @@ days = tuple((first + dt.timedelta(days=i)).isoformat() for i in range((last - f
 try:
     buckets = load_buckets(svc.database.table, days, scope_user, me.user_id)
 except StoreUnavailable as exc:  # throttled or unreachable past the client's retries: say so, never a traceback
-    st.error(f"**The usage figures could not be read.** {exc} If **Refresh** keeps failing, DynamoDB is throttling "
-             "or unreachable: a shorter date range makes fewer reads (an admin's range costs one read per day), and an "
-             "operator can check the table's throttled requests in CloudWatch. Chats are not affected.",
-             icon=":material/cloud_off:")
+    st.error(
+        f"**The usage figures could not be read.** {exc} If **Refresh** keeps failing, DynamoDB is throttling "
+        "or unreachable: a shorter date range makes fewer reads (an admin's range costs one read per day), and an "
+        "operator can check the table's throttled requests in CloudWatch. Chats are not affected.",
+        icon=":material/cloud_off:",
+    )
     st.stop()
 
 with ui.errors_shown():
@@ -58,44 +64,76 @@ with ui.errors_shown():
     estimate = ", ".join(f"{m} priced as {a}" for m, a in head.estimated.items())
     cols = st.columns(5)
     cols[0].metric("Turns", number(head.turns), help=f"{number(head.failed_turns)} of them failed or were stopped")
-    cols[1].metric("Model (estimate)" if estimate else "Model",
-                   headline_money(head.model_cost) + (" + ?" if head.unknown_models else ""),
-                   help=(f"The offline demo model is free: its tokens are priced as {head.estimated['demo']} "
-                         "to show what the same usage would cost. " if "demo" in head.estimated else "")
-                   + "Tokens × the price table (CHAT_MODEL_PRICES)" + (
-                       f"; price unknown for {', '.join(head.unknown_models)}" if head.unknown_models else ""))
-    cols[2].metric("DynamoDB", headline_money(head.dynamodb_cost),
-                   help=f"{money(head.dynamodb_cost)}: {number(head.wru)} write units + {number(head.rru)} read units "
-                        f"+ storage estimate {money(head.storage_cost)}")
+    cols[1].metric(
+        "Model (estimate)" if estimate else "Model",
+        headline_money(head.model_cost) + (" + ?" if head.unknown_models else ""),
+        help=(
+            f"The offline demo model is free: its tokens are priced as {head.estimated['demo']} "
+            "to show what the same usage would cost. "
+            if "demo" in head.estimated
+            else ""
+        )
+        + "Tokens × the price table (CHAT_MODEL_PRICES)"
+        + (f"; price unknown for {', '.join(head.unknown_models)}" if head.unknown_models else ""),
+    )
+    cols[2].metric(
+        "DynamoDB",
+        headline_money(head.dynamodb_cost),
+        help=f"{money(head.dynamodb_cost)}: {number(head.wru)} write units + {number(head.rru)} read units "
+        f"+ storage estimate {money(head.storage_cost)}",
+    )
     cols[3].metric("DynamoDB share", percent(head.dynamodb_share), help="DynamoDB $ ÷ (DynamoDB $ + model $)")
-    cols[4].metric("Per 1,000 turns", headline_money(head.per_turn * 1000) if head.per_turn is not None else "–",
-                   help="DynamoDB + model")
+    cols[4].metric(
+        "Per 1,000 turns",
+        headline_money(head.per_turn * 1000) if head.per_turn is not None else "–",
+        help="DynamoDB + model",
+    )
     if "demo" in head.estimated:
-        st.caption(f"**Demo model: the model figures are an estimate.** Its tokens are free; priced as "
-                   f"{head.estimated['demo']} they would cost {money(head.model_cost)}, and DynamoDB would be "
-                   f"{percent(head.dynamodb_share)} of the total.")
+        st.caption(
+            f"**Demo model: the model figures are an estimate.** Its tokens are free; priced as "
+            f"{head.estimated['demo']} they would cost {money(head.model_cost)}, and DynamoDB would be "
+            f"{percent(head.dynamodb_share)} of the total."
+        )
     if head.unknown_models:
-        st.warning(f"Price unknown for {', '.join(head.unknown_models)}: their tokens are counted but not priced. "
-                   "Add them to CHAT_MODEL_PRICES.", icon=":material/help:")
+        st.warning(
+            f"Price unknown for {', '.join(head.unknown_models)}: their tokens are counted but not priced. "
+            "Add them to CHAT_MODEL_PRICES.",
+            icon=":material/help:",
+        )
     if head.vector_write_bytes or head.vector_search_bytes:
-        vector_price = ("price unknown: set CHAT_PRICE_VECTOR_WRITE_PER_GB and CHAT_PRICE_VECTOR_SEARCH_PER_GB"
-                        if head.vector_cost != head.vector_cost else f"{money(head.vector_cost)}, in DynamoDB above")
-        st.caption(f"Vector search is billed in bytes: {number(head.vector_write_bytes)} bytes written to the vector "
-                   f"index, {number(head.vector_search_bytes)} bytes searched ({vector_price}).")
+        vector_price = (
+            "price unknown: set CHAT_PRICE_VECTOR_WRITE_PER_GB and CHAT_PRICE_VECTOR_SEARCH_PER_GB"
+            if head.vector_cost != head.vector_cost
+            else f"{money(head.vector_cost)}, in DynamoDB above"
+        )
+        st.caption(
+            f"Vector search is billed in bytes: {number(head.vector_write_bytes)} bytes written to the vector "
+            f"index, {number(head.vector_search_bytes)} bytes searched ({vector_price})."
+        )
     if head.dynamodb_requests and head.service_share == 0:
-        st.caption("DynamoDB units are modeled from DynamoDB's published sizing rules: this backend "
-                   f"({svc.database.where}) reports no trustworthy consumed capacity.")
+        st.caption(
+            "DynamoDB units are modeled from DynamoDB's published sizing rules: this backend "
+            f"({svc.database.where}) reports no trustworthy consumed capacity."
+        )
     elif head.dynamodb_requests:
-        st.caption(f"{head.service_share:.0%} of DynamoDB requests carry the service's own consumed capacity; "
-                   "the rest (failed conditional writes, cancelled transactions) are modeled.")
+        st.caption(
+            f"{head.service_share:.0%} of DynamoDB requests carry the service's own consumed capacity; "
+            "the rest (failed conditional writes, cancelled transactions) are modeled."
+        )
 
     projection = costs.projection(buckets, prices)
     if projection is not None:
-        model_part = ("the model's price unknown" if projection.model_per_m_turns is None
-                      else f"{money(projection.model_per_m_turns)} model" + (f" ({estimate})" if estimate else ""))
-        st.info(f"**At this mix, 1M turns cost {money(projection.dynamodb_per_m_turns)} DynamoDB + {model_part}.** "
-                f"The design's reference: about ${costs.DESIGN_DYNAMODB_PER_M_TURNS:,.0f} DynamoDB per 1M turns "
-                "(4 KB answers, 20-turn opens, 2 sidebar loads per turn).", icon=":material/trending_up:")
+        model_part = (
+            "the model's price unknown"
+            if projection.model_per_m_turns is None
+            else f"{money(projection.model_per_m_turns)} model" + (f" ({estimate})" if estimate else "")
+        )
+        st.info(
+            f"**At this mix, 1M turns cost {money(projection.dynamodb_per_m_turns)} DynamoDB + {model_part}.** "
+            f"The design's reference: about ${costs.DESIGN_DYNAMODB_PER_M_TURNS:,.0f} DynamoDB per 1M turns "
+            "(4 KB answers, 20-turn opens, 2 sidebar loads per turn).",
+            icon=":material/trending_up:",
+        )
 
     if not buckets:
         st.caption("No usage recorded in this range yet.")
@@ -116,20 +154,36 @@ with ui.errors_shown():
         for name, table in tables.items():
             st.subheader(name, anchor=False)
             config = {c: counts for c in table.columns if table[c].dtype.kind in "if"}
-            config.update({c: st.column_config.NumberColumn(format=readable.money_column_format(table[c]))
-                           for c in table.columns if "$" in c})
+            config.update(
+                {
+                    c: st.column_config.NumberColumn(format=readable.money_column_format(table[c]))
+                    for c in table.columns
+                    if "$" in c
+                }
+            )
             if "Share %" in table:
                 config["Share %"] = st.column_config.NumberColumn(format="%.1f%%")
             st.dataframe(table, hide_index=True, width="stretch", column_config=config)
 
         st.subheader("Download (CSV)", anchor=False)
         stem = f"usage-{days[0]}-{days[-1]}"
-        files = {"Daily ledger": ("daily", costs.daily_csv(buckets, prices)),
-                 **{name: (name.lower().replace(" ", "-"), costs.to_csv(table)) for name, table in tables.items()}}
+        files = {
+            "Daily ledger": ("daily", costs.daily_csv(buckets, prices)),
+            **{name: (name.lower().replace(" ", "-"), costs.to_csv(table)) for name, table in tables.items()},
+        }
         for col, (name, (suffix, text)) in zip(st.columns(len(files)), files.items()):
-            col.download_button(name, text, file_name=f"{stem}-{suffix}.csv", mime="text/csv", on_click="ignore",
-                                icon=":material/download:", width="stretch")
-    st.caption(f"Prices: ${prices.wru_per_m} per M write units, ${prices.rru_per_m} per M read units, "
-               f"${prices.storage_gb_month} per GB-month (configurable). Counts reach the ledger every "
-               f"{settings.ledger_flush_s:.0f} s; this page adds this server's unflushed counts. "
-               f"Times are UTC; today is {keys.day_of(keys.now())}.")
+            col.download_button(
+                name,
+                text,
+                file_name=f"{stem}-{suffix}.csv",
+                mime="text/csv",
+                on_click="ignore",
+                icon=":material/download:",
+                width="stretch",
+            )
+    st.caption(
+        f"Prices: ${prices.wru_per_m} per M write units, ${prices.rru_per_m} per M read units, "
+        f"${prices.storage_gb_month} per GB-month (configurable). Counts reach the ledger every "
+        f"{settings.ledger_flush_s:.0f} s; this page adds this server's unflushed counts. "
+        f"Times are UTC; today is {keys.day_of(keys.now())}."
+    )

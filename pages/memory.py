@@ -1,27 +1,32 @@
 """Memory: the facts the assistant keeps from what you wrote, to edit, delete or switch off. Thin over lib.context."""
+
 from __future__ import annotations
 
 import streamlit as st
 
 from lib import tokens
 from lib.context.cache import cache_in
-from lib.context.engine import ContextEngine
 from lib.context.memories import RULES
 from lib.web import ui
 from lib.web.bootstrap import start_page
 
 start = start_page("Memory")
 svc, me = start.svc, start.me
-engine = ContextEngine.from_services(svc)
+engine = svc.engine  # built once per process
 cache = cache_in(st.session_state)
 
 with st.sidebar:
     ui.page_links()
 st.title("Memory", anchor=False)
-how = ("rule-based, offline (the demo model): first-person statements such as “I prefer…”, “my manager is…”, "
-       "“we decided…”" if engine.extractor.method == RULES else f"by {engine.extractor.model_name}")
-st.caption("Facts you stated in your chats, kept so the assistant knows them in every chat. Only what you wrote "
-           f"is kept, never the assistant's answers. Extraction: {how}. Only you see your memories.")
+how = (
+    "rule-based, offline (the demo model): first-person statements such as “I prefer…”, “my manager is…”, “we decided…”"
+    if engine.extractor.method == RULES
+    else f"by {engine.extractor.model_name}"
+)
+st.caption(
+    "Facts you stated in your chats, kept so the assistant knows them in every chat. Only what you wrote "
+    f"is kept, never the assistant's answers. Extraction: {how}. Only you see your memories."
+)
 
 
 def changed() -> None:
@@ -31,9 +36,13 @@ def changed() -> None:
 
 with ui.errors_shown():
     memories, enabled = engine.memories.load(me.user_id)
-    on = st.toggle("Remember facts from my chats", value=enabled, key="memory-switch",
-                   help="Off: nothing new is remembered and no memories are sent to the model. Kept memories stay "
-                        "here until you delete them.")
+    on = st.toggle(
+        "Remember facts from my chats",
+        value=enabled,
+        key="memory-switch",
+        help="Off: nothing new is remembered and no memories are sent to the model. Kept memories stay "
+        "here until you delete them.",
+    )
     if on != enabled:
         engine.memories.set_enabled(me.user_id, on)
         changed()
@@ -41,19 +50,25 @@ with ui.errors_shown():
 
     used = sum(tokens.count(m.text) for m in memories)
     cap = svc.settings.memory_tokens
-    st.caption(f"{len(memories)} memor{'y' if len(memories) == 1 else 'ies'} · {used:,} of {cap:,} tokens"
-               + (" · **full**: new facts are not kept until you delete some" if used >= cap * 0.95 else "")
-               + ("" if on else " · **off**: not used in chats"))
+    st.caption(
+        f"{len(memories)} memor{'y' if len(memories) == 1 else 'ies'} · {used:,} of {cap:,} tokens"
+        + (" · **full**: new facts are not kept until you delete some" if used >= cap * 0.95 else "")
+        + ("" if on else " · **off**: not used in chats")
+    )
     if not memories:
-        st.info("No memories yet. Tell the assistant something lasting in a chat (“I prefer short answers”, “my "
-                "team is Payments”) and it appears here.", icon=":material/psychology:")
+        st.info(
+            "No memories yet. Tell the assistant something lasting in a chat (“I prefer short answers”, “my "
+            "team is Payments”) and it appears here.",
+            icon=":material/psychology:",
+        )
     for memory in reversed(memories):  # newest first
         with st.container(border=True):
             text_col, edit_col, delete_col = st.columns([8, 1, 1], vertical_alignment="center")
             text_col.markdown(memory.text)
             source = f"[from a chat](/?session={memory.source_session_id})" if memory.source_session_id else ""
-            text_col.caption(" · ".join(filter(None, [memory.create_time[:10], source,
-                                                      "edited" if memory.update_time else ""])))
+            text_col.caption(
+                " · ".join(filter(None, [memory.create_time[:10], source, "edited" if memory.update_time else ""]))
+            )
             with edit_col.popover("Edit", icon=":material/edit:"):
                 new = st.text_area("Memory", value=memory.text, key=f"text-{memory.memory_id}", max_chars=500)
                 if st.button("Save", key=f"save-{memory.memory_id}", type="primary"):

@@ -4,8 +4,8 @@ The user whose chats are searched is the signed-in identity's, checked on every 
 parameter or widget names a user (SearchVectors is scoped by the index's HASH value, which
 IAM cannot restrict: the app is the guard). `?q=` only fills the box.
 """
-from __future__ import annotations
 
+from __future__ import annotations
 
 import streamlit as st
 
@@ -18,12 +18,6 @@ from lib.web.render import plain_label
 
 start = start_page("Search")
 svc, me = start.svc, start.me
-
-
-@st.cache_resource(show_spinner=False)
-def indexer_for(table: str):
-    """One embedder per process (the local model's weights load once); None without the vector index."""
-    return searchable_indexer(svc)
 
 
 def marked(text: str, query: str) -> str:
@@ -48,40 +42,57 @@ def when(time_text: str) -> str:
 with st.sidebar:
     ui.page_links()
 st.title("Search your chats", anchor=False)
-query = st.text_input("Search", value=str(st.query_params.get("q", ""))[:MAX_QUERY_CHARS], max_chars=MAX_QUERY_CHARS,
-                      placeholder="What did we decide about…", label_visibility="collapsed", icon=":material/search:")
+query = st.text_input(
+    "Search",
+    value=str(st.query_params.get("q", ""))[:MAX_QUERY_CHARS],
+    max_chars=MAX_QUERY_CHARS,
+    placeholder="What did we decide about…",
+    label_visibility="collapsed",
+    icon=":material/search:",
+)
 st.caption("Finds turns by meaning and by their words. Only your own chats are searched.")
 
 if query.strip():
     with ui.errors_shown():
-        indexer = indexer_for(svc.database.table)
+        indexer = searchable_indexer(svc)  # the process's one embedder; None without the vector index
         if indexer is None and svc.settings.embed_provider != "off":
-            st.info("Search needs the table's vector index: an operator adds it with "
-                    "`python -m lib.admin add-vector-index`.", icon=":material/info:")
+            st.info(
+                "Search needs the table's vector index: an operator adds it with "
+                "`python -m lib.admin add-vector-index`.",
+                icon=":material/info:",
+            )
             st.stop()
-        outcome = search_chats(indexer.vectors if indexer else None, indexer.embedder if indexer else None,
-                               me.user_id, query, top=20)
+        outcome = search_chats(
+            indexer.vectors if indexer else None, indexer.embedder if indexer else None, me.user_id, query, top=20
+        )
         if outcome.note:
             st.info(outcome.note, icon=":material/info:")
         if outcome.other_model:
-            st.caption(f"{outcome.other_model} older results were embedded by another model and are left out until "
-                       "an operator runs `python -m lib.admin reindex`.")
+            st.caption(
+                f"{outcome.other_model} older results were embedded by another model and are left out until "
+                "an operator runs `python -m lib.admin reindex`."
+            )
         # A result's title is a copy made when the turn was indexed: the chats' current titles (1 BatchGetItem),
         # and a result whose chat is gone (retention) is left out rather than linking to "Chat not found". Never
         # a link built from anything but two ids.
         titles = svc.store.titles(me.user_id, [r.session_id for r in outcome.results])
         shown = [r for r in outcome.results if r.session_id in titles and keys.is_id(r.message_id)]
         if not shown and not outcome.note:
-            st.info("Nothing found. Try other words: a name, a term, or what the answer was about.",
-                    icon=":material/search_off:")
+            st.info(
+                "Nothing found. Try other words: a name, a term, or what the answer was about.",
+                icon=":material/search_off:",
+            )
         elif shown and all(r.keyword_rank is None for r in shown):  # by meaning alone (no keyword rank): say so
             st.caption("No close match for your words: these are your turns closest in meaning.")
         for result in shown:
             with st.container(border=True):
                 # A page link opens the chat at that turn in this tab (a Markdown link would open a new one); the
                 # label is escaped: a page link's label renders Markdown, images included.
-                st.page_link("app.py", label=f"**{plain_label(titles[result.session_id] or 'Untitled chat')}**",
-                             query_params={"session": result.session_id, "turn": result.message_id},
-                             icon=":material/forum:")
+                st.page_link(
+                    "app.py",
+                    label=f"**{plain_label(titles[result.session_id] or 'Untitled chat')}**",
+                    query_params={"session": result.session_id, "turn": result.message_id},
+                    icon=":material/forum:",
+                )
                 st.caption(when(result.create_time))
                 st.markdown(marked(readable_snippet(result.snippet), outcome.query))

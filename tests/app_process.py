@@ -1,5 +1,6 @@
 """`streamlit run app.py` in a child process, as an operator or the container starts it, for the tests that need
 the real server: its signal handling, its bind address, the headers of a real WebSocket upgrade."""
+
 from __future__ import annotations
 
 import os
@@ -13,8 +14,15 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 
 def free_port() -> int:
@@ -54,8 +62,13 @@ def start_app(tmp_path: Path, env: dict[str, str], *args: str) -> App:
     clean.update(CHAT_DATA_DIR=str(tmp_path / "data"), **env)
     log_path = tmp_path / f"streamlit-{port}.log"
     with log_path.open("w") as log:
-        process = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port),
-                                    *args], cwd=ROOT, env=clean, stdout=log, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(
+            [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port), *args],
+            cwd=ROOT,
+            env=clean,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
     app = App(process, port, log_path)
     deadline = time.monotonic() + 60
     while True:

@@ -1,4 +1,5 @@
 """Fixtures: one embedded moto server per test run, a fresh real table per test, request counting by event hooks."""
+
 from __future__ import annotations
 
 import uuid
@@ -6,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from lib.storage.capacity import Meter
 from lib.database import local_client, local_server
+from lib.storage.capacity import Meter
 from lib.storage.schema import create_table
 from lib.storage.store import ChatStore
 from tests.fake_anthropic import FakeAnthropic

@@ -1,5 +1,6 @@
 """For the deployment tests: read the CloudFormation template, and derive from the code which DynamoDB IAM actions
 the running app needs (so the task role's policy is checked against the code, not against a list kept by hand)."""
+
 from __future__ import annotations
 
 import ast
@@ -19,14 +20,22 @@ NOT_IN_THE_DEPLOYED_APP = {
     "lib/admin.py": "operator commands, run with the operator's credentials, not the task role",
 }
 NOT_IN_THE_DEPLOYED_APP_FUNCTIONS = {
-    ("lib/storage/schema.py", "create_table"):
-        "called by open_database only for the local backend; on AWS the stack (or an operator) creates the table",
-    ("lib/storage/schema.py", "add_vector_index"):
-        "called by open_database only for the local backend; on AWS an operator runs `admin add-vector-index`",
+    (
+        "lib/storage/schema.py",
+        "create_table",
+    ): "called by open_database only for the local backend; on AWS the stack (or an operator) creates the table",
+    (
+        "lib/storage/schema.py",
+        "add_vector_index",
+    ): "called by open_database only for the local backend; on AWS an operator runs `admin add-vector-index`",
 }
 # IAM authorises a transaction by the actions of its items, not by an action of its own.
-TRANSACTION_ITEM_ACTIONS = {"Put": "PutItem", "Update": "UpdateItem", "Delete": "DeleteItem",
-                            "ConditionCheck": "ConditionCheckItem"}
+TRANSACTION_ITEM_ACTIONS = {
+    "Put": "PutItem",
+    "Update": "UpdateItem",
+    "Delete": "DeleteItem",
+    "ConditionCheck": "ConditionCheckItem",
+}
 TRANSACTION_OPERATIONS = {"TransactWriteItems", "TransactGetItems"}
 
 

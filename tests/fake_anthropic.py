@@ -2,6 +2,7 @@
 
 Script what it does next with `enqueue(...)`; every request body lands in `requests`.
 """
+
 from __future__ import annotations
 
 import json
@@ -41,21 +42,40 @@ class FakeAnthropic:
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 with fake._lock:
-                    fake.requests.append({"path": self.path, "headers": {k.lower(): v for k, v in self.headers.items()}, "body": body})
+                    fake.requests.append(
+                        {"path": self.path, "headers": {k.lower(): v for k, v in self.headers.items()}, "body": body}
+                    )
                     behaviour = fake._script.popleft() if fake._script else Behaviour("text")
                 if behaviour.kind == "status":
-                    fake._json(self, behaviour.status, {"type": "error", "error": {
-                        "type": behaviour.error_type, "message": behaviour.error_type.replace("_", " ")}},
-                        extra={"retry-after": behaviour.retry_after} if behaviour.retry_after else
-                        {"retry-after-ms": "1"})
+                    fake._json(
+                        self,
+                        behaviour.status,
+                        {
+                            "type": "error",
+                            "error": {"type": behaviour.error_type, "message": behaviour.error_type.replace("_", " ")},
+                        },
+                        extra={"retry-after": behaviour.retry_after}
+                        if behaviour.retry_after
+                        else {"retry-after-ms": "1"},
+                    )
                 elif body.get("stream"):
                     fake._stream(self, behaviour, body)
                 else:
                     text = "".join(behaviour.chunks)
-                    fake._json(self, 200, {
-                        "id": "msg_fake", "type": "message", "role": "assistant", "model": body["model"],
-                        "content": [{"type": "text", "text": text}], "stop_reason": "end_turn", "stop_sequence": None,
-                        "usage": {"input_tokens": behaviour.input_tokens, "output_tokens": behaviour.output_tokens}})
+                    fake._json(
+                        self,
+                        200,
+                        {
+                            "id": "msg_fake",
+                            "type": "message",
+                            "role": "assistant",
+                            "model": body["model"],
+                            "content": [{"type": "text", "text": text}],
+                            "stop_reason": "end_turn",
+                            "stop_sequence": None,
+                            "usage": {"input_tokens": behaviour.input_tokens, "output_tokens": behaviour.output_tokens},
+                        },
+                    )
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.fake = self
@@ -102,13 +122,31 @@ class FakeAnthropic:
             handler.wfile.write(f"{len(raw):x}\r\n".encode() + raw + b"\r\n")
             handler.wfile.flush()
 
-        event("message_start", {"type": "message_start", "message": {
-            "id": "msg_fake", "type": "message", "role": "assistant", "model": body["model"], "content": [],
-            "stop_reason": None, "stop_sequence": None,
-            "usage": {"input_tokens": behaviour.input_tokens, "output_tokens": 1,
-                      "cache_read_input_tokens": 3, "cache_creation_input_tokens": 0}}})
-        event("content_block_start", {"type": "content_block_start", "index": 0,
-                                      "content_block": {"type": "text", "text": ""}})
+        event(
+            "message_start",
+            {
+                "type": "message_start",
+                "message": {
+                    "id": "msg_fake",
+                    "type": "message",
+                    "role": "assistant",
+                    "model": body["model"],
+                    "content": [],
+                    "stop_reason": None,
+                    "stop_sequence": None,
+                    "usage": {
+                        "input_tokens": behaviour.input_tokens,
+                        "output_tokens": 1,
+                        "cache_read_input_tokens": 3,
+                        "cache_creation_input_tokens": 0,
+                    },
+                },
+            },
+        )
+        event(
+            "content_block_start",
+            {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+        )
         event("ping", {"type": "ping"})
         record = {"sent": 0, "client_closed": False}
         FakeAnthropic._record_stream(handler, record)
@@ -116,8 +154,10 @@ class FakeAnthropic:
             if behaviour.chunk_delay_s:
                 time.sleep(behaviour.chunk_delay_s)
             try:
-                event("content_block_delta", {"type": "content_block_delta", "index": 0,
-                                              "delta": {"type": "text_delta", "text": chunk}})
+                event(
+                    "content_block_delta",
+                    {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": chunk}},
+                )
             except (BrokenPipeError, ConnectionResetError):
                 record["client_closed"] = True  # the client closed the stream: nothing more is sent
                 return
@@ -134,7 +174,13 @@ class FakeAnthropic:
             handler.wfile.write(b"0\r\n\r\n")
             return
         event("content_block_stop", {"type": "content_block_stop", "index": 0})
-        event("message_delta", {"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": None},
-                                "usage": {"output_tokens": behaviour.output_tokens}})
+        event(
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                "usage": {"output_tokens": behaviour.output_tokens},
+            },
+        )
         event("message_stop", {"type": "message_stop"})
         handler.wfile.write(b"0\r\n\r\n")

@@ -1,5 +1,6 @@
 """A local server that answers Bedrock runtime's InvokeModel for embedding models (Cohere Embed v4, Titan v2), so
 the real boto3 bedrock-runtime client is tested offline; every request (path, headers, JSON body) is kept."""
+
 from __future__ import annotations
 
 import json
@@ -23,15 +24,19 @@ class FakeBedrockEmbed:
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 path = unquote(self.path)
-                fake.requests.append({"path": path, "headers": {k.lower(): v for k, v in self.headers.items()},
-                                      "body": body})
+                fake.requests.append(
+                    {"path": path, "headers": {k.lower(): v for k, v in self.headers.items()}, "body": body}
+                )
                 if fake.status != 200:
                     answer = {"message": "throttled"}
                 elif "titan" in path:
                     answer = {"embedding": [0.5] * body["dimensions"], "inputTextTokenCount": 3}
                 else:
-                    answer = {"id": "x", "embeddings": {"float": [[0.25] * body["output_dimension"]
-                                                                  for _ in body["texts"]]}, "texts": body["texts"]}
+                    answer = {
+                        "id": "x",
+                        "embeddings": {"float": [[0.25] * body["output_dimension"] for _ in body["texts"]]},
+                        "texts": body["texts"],
+                    }
                 data = json.dumps(answer).encode()
                 self.send_response(fake.status)
                 self.send_header("Content-Type", "application/json")

@@ -1,5 +1,6 @@
 """Fault injection at the HTTP layer of a real boto3 client: botocore's before-send event answers for the
 server, so botocore's own retry logic runs exactly as it would against DynamoDB. No mocks of boto3."""
+
 from __future__ import annotations
 
 import io
@@ -38,8 +39,12 @@ class Faults:
             return None
         code, message, extra = plan.pop(0)
         body = json.dumps({"__type": f"com.amazonaws.dynamodb.v20120810#{code}", "message": message, **extra})
-        return AWSResponse(request.url, 400, {"x-amzn-RequestId": "fault", "Content-Type": "application/x-amz-json-1.0"},
-                           _Raw(body.encode()))
+        return AWSResponse(
+            request.url,
+            400,
+            {"x-amzn-RequestId": "fault", "Content-Type": "application/x-amz-json-1.0"},
+            _Raw(body.encode()),
+        )
 
 
 def conflict_reasons(actions: int, at: int) -> dict:

@@ -1,8 +1,9 @@
 """Long Markdown answers like Claude writes them (headings, paragraphs, code fences, tables, lists, quotes),
 for the streaming tests and bench/stream_render.py."""
+
 from __future__ import annotations
 
-SECTION = '''## Section {i}: keys and access patterns
+SECTION = """## Section {i}: keys and access patterns
 
 Start from the queries, then choose the keys. Each turn is one item, so a long chat never rewrites a growing
 list; the **partition key** groups a session, the *sort key* orders its turns, and `ScanIndexForward=False`
@@ -34,7 +35,7 @@ def newest_turns_{i}(client, user_id, session_id, limit=20):
 
 > A quoted remark for section {i}: acknowledged means durable.
 
-'''
+"""
 
 
 def long_answer(size: int) -> str:
@@ -50,4 +51,4 @@ def long_answer(size: int) -> str:
 
 def chunks_of(text: str, size: int = 20) -> list[str]:
     """The answer as a model streams it: small pieces, cut anywhere (inside fences and table rows too)."""
-    return [text[i:i + size] for i in range(0, len(text), size)]
+    return [text[i : i + size] for i in range(0, len(text), size)]

@@ -1,11 +1,12 @@
 """Helpers for driving the pages with Streamlit's AppTest."""
+
 from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
 
-from lib.web import ui
 from lib.config import Settings
 from lib.turn.worker import wait_all_idle
+from lib.web import ui
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
 DEV = "dev@localhost"
@@ -33,8 +34,11 @@ def sidebar_titles(at):
 
 def shown_text(message) -> str:
     """What a chat message shows as text: its Markdown and code blocks in order (captions and alerts left out)."""
-    return "\n\n".join(node.value for node in message
-                       if getattr(node, "type", None) in ("markdown", "code") and not getattr(node, "is_caption", False))
+    return "\n\n".join(
+        node.value
+        for node in message
+        if getattr(node, "type", None) in ("markdown", "code") and not getattr(node, "is_caption", False)
+    )
 
 
 def requests_made(fn):

@@ -3,6 +3,7 @@ with CHAT_DYNAMODB_ENDPOINT). Prints its endpoint URL, then serves until killed.
 
     python -m tests.shared_dynamo <data folder> <table>
 """
+
 import sys
 import time
 

@@ -1,13 +1,26 @@
 """The chat page through Streamlit's AppTest, on a real table of the embedded DynamoDB."""
+
 import pytest
 from streamlit.testing.v1 import AppTest
 
 from lib.config import Settings
-from lib.web import ui
 from lib.storage.itemsize import ITEM_LIMIT_BYTES
+from lib.web import ui
 from tests.fake_anthropic import Behaviour
-from tests.pages import (APP, DEV, button, new_browser, requests_made, send, services, settle, shown_text,
-                         sidebar_rows, sidebar_titles)
+from tests.pages import (
+    APP,
+    DEV,
+    button,
+    new_browser,
+    requests_made,
+    send,
+    services,
+    settle,
+    shown_text,
+    sidebar_rows,
+    sidebar_titles,
+)
+
 
 @pytest.mark.usefixtures("app_env")
 class TestChatFlow:
@@ -16,7 +29,11 @@ class TestChatFlow:
         assert [m.name for m in at.chat_message] == ["user", "assistant"]
         assert "demo model" in shown_text(at.chat_message[1])
         assert "out tokens" in at.chat_message[1].caption[0].value
-        session_id = at.query_params["session"][0] if isinstance(at.query_params["session"], list) else at.query_params["session"]
+        session_id = (
+            at.query_params["session"][0]
+            if isinstance(at.query_params["session"], list)
+            else at.query_params["session"]
+        )
         assert sidebar_titles(at) == ["How do I store chat history in DynamoDB"]  # the model-written title
         view = services().store.open_session(DEV, session_id)
         assert view.messages[0].status == "done" and view.session.title == "How do I store chat history in DynamoDB"
@@ -117,8 +134,9 @@ class TestModelFailure:
         assert [(m.status, m.output_body) for m in stored] == [("failed", "Half of an answer")]
         settle(button(at, "Retry").click().run())
         stored = services().store.open_session(DEV, session_id).messages
-        assert [(m.input_body, m.status, m.output_body) for m in stored] == \
-            [("please answer", "done", "Hello from the fake model.")]
+        assert [(m.input_body, m.status, m.output_body) for m in stored] == [
+            ("please answer", "done", "Hello from the fake model.")
+        ]
         assert [m.name for m in at.chat_message] == ["user", "assistant"]
 
     def test_the_model_gets_the_system_prompt_and_earlier_answered_turns(self, fake_model):
@@ -128,14 +146,21 @@ class TestModelFailure:
         send(at, "third")
         streamed = [r["body"] for r in fake_model.requests if r["body"].get("stream")]
         assert streamed[-1]["messages"] == [
-            {"role": "user", "content": "first"}, {"role": "assistant", "content": "Hello from the fake model."},
-            {"role": "user", "content": "third"}]
+            {"role": "user", "content": "first"},
+            {"role": "assistant", "content": "Hello from the fake model."},
+            {"role": "user", "content": "third"},
+        ]
         assert "internal assistant" in streamed[-1]["system"]
 
 
 # Streamlit's sign-in configuration, as .streamlit/secrets.toml would give it (CHAT_IDENTITY=oidc requires it).
-AUTH_BLOCK = {"redirect_uri": "http://localhost:8501/oauth2callback", "cookie_secret": "test-cookie-secret",
-              "client_id": "chat", "client_secret": "s", "server_metadata_url": "http://127.0.0.1:9/.well-known"}
+AUTH_BLOCK = {
+    "redirect_uri": "http://localhost:8501/oauth2callback",
+    "cookie_secret": "test-cookie-secret",
+    "client_id": "chat",
+    "client_secret": "s",
+    "server_metadata_url": "http://127.0.0.1:9/.well-known",
+}
 
 
 @pytest.mark.usefixtures("app_env")
@@ -165,8 +190,9 @@ class TestIdentity:
         monkeypatch.setattr(ui, "request_headers", lambda: {"X-Forwarded-Email": "mallory@example.com"})
         at = new_browser()
         assert "sign-in proxy" in at.error[0].value and not at.chat_input
-        monkeypatch.setattr(ui, "request_headers", lambda: {"X-Forwarded-Email": "bob@example.com",
-                                                            "X-Proxy-Secret": "s3cret"})
+        monkeypatch.setattr(
+            ui, "request_headers", lambda: {"X-Forwarded-Email": "bob@example.com", "X-Proxy-Secret": "s3cret"}
+        )
         at = new_browser()
         assert not at.error and at.chat_input
 
@@ -197,8 +223,9 @@ class TestDemoHistory:
 
 
 class TestStartUpErrors:
-    def test_a_damaged_local_database_says_the_app_is_not_configured_with_a_database_heading(self, server, tmp_path,
-                                                                                          monkeypatch):
+    def test_a_damaged_local_database_says_the_app_is_not_configured_with_a_database_heading(
+        self, server, tmp_path, monkeypatch
+    ):
         folder = tmp_path / "data"
         folder.mkdir()
         (folder / "chat.sqlite3").write_bytes(b"this is not a database" * 100)

@@ -1,4 +1,5 @@
 """Faults seen through the page: the user gets a clear message, and neither question nor answer is lost."""
+
 import pytest
 
 from tests.fake_anthropic import Behaviour
@@ -32,7 +33,6 @@ class TestDatabaseFaults:
         assert not at.warning and stored()[0].status == "done"
         assert "demo model" in shown_text(at.chat_message[1])
         assert "out tokens" in at.chat_message[1].caption[0].value
-
 
     def test_a_save_refused_past_the_deadline_ends_the_following_page_with_interrupted_and_retry(self, monkeypatch):
         monkeypatch.setenv("CHAT_PENDING_TIMEOUT_S", "1")  # the worker's save deadline: given up after one wait
@@ -86,16 +86,20 @@ os._exit(9)  # ...and the process is killed: the worker dies with it, no finish,
 
 
 class TestProcessDeath:
-    def test_a_process_killed_mid_answer_leaves_an_interrupted_turn_that_retry_completes(self, tmp_path,
-                                                                                      monkeypatch):
+    def test_a_process_killed_mid_answer_leaves_an_interrupted_turn_that_retry_completes(self, tmp_path, monkeypatch):
         import subprocess
         import sys
         import textwrap
         from pathlib import Path
 
         folder, table = str(tmp_path / "data"), "killed-chat"
-        run = subprocess.run([sys.executable, "-c", textwrap.dedent(KILLED.format(folder=folder, table=table))],
-                             cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=120)
+        run = subprocess.run(
+            [sys.executable, "-c", textwrap.dedent(KILLED.format(folder=folder, table=table))],
+            cwd=Path(__file__).resolve().parents[1],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert run.returncode == 9, run.stderr
         session_id = run.stdout.split()[0]
         monkeypatch.setenv("CHAT_DATA_DIR", folder)

@@ -1,6 +1,7 @@
 """Bad input: each gets a clear message or exact storage; nothing is lost; no exception.
 (Also covered elsewhere: empty/whitespace questions, tampered cursors, foreign and malformed session ids,
 a spoofed identity header without the proxy secret: see test_store, test_app.)"""
+
 import pytest
 
 from lib.storage.itemsize import ITEM_LIMIT_BYTES
@@ -38,8 +39,9 @@ class TestStoredExactly:
 
 
 class TestRefusedClearly:
-    @pytest.mark.parametrize("size", [ITEM_LIMIT_BYTES - ANSWER_RESERVE_BYTES + 1, ITEM_LIMIT_BYTES + 1,
-                                      10 * 1024 * 1024])
+    @pytest.mark.parametrize(
+        "size", [ITEM_LIMIT_BYTES - ANSWER_RESERVE_BYTES + 1, ITEM_LIMIT_BYTES + 1, 10 * 1024 * 1024]
+    )
     def test_oversize_questions_are_refused_with_the_limit_before_any_request_and_kept(self, size):
         at = new_browser()
         meter = services().database.meter
@@ -52,8 +54,10 @@ class TestRefusedClearly:
 
 
 class TestRenderedInert:
-    @pytest.mark.parametrize("payload", ["<script>alert('x')</script>", "<img src=x onerror=alert(1)>",
-                                         "<iframe src='https://evil.example'></iframe>"])
+    @pytest.mark.parametrize(
+        "payload",
+        ["<script>alert('x')</script>", "<img src=x onerror=alert(1)>", "<iframe src='https://evil.example'></iframe>"],
+    )
     def test_html_is_never_rendered_as_html(self, payload):
         at, _ = round_trip(payload)
         user_markdown = at.chat_message[0].markdown[0]
@@ -69,9 +73,15 @@ class TestRenderedInert:
 
 
 class TestUrlTampering:
-    @pytest.mark.parametrize("query", [{"session": ""},
-                                       {"session": "01JC3Q8Z4F6M2V9K7T5R1N0B8D", "user": "someone@example.com"},
-                                       {"session": "%00"}, {"session": "x" * 5000}])
+    @pytest.mark.parametrize(
+        "query",
+        [
+            {"session": ""},
+            {"session": "01JC3Q8Z4F6M2V9K7T5R1N0B8D", "user": "someone@example.com"},
+            {"session": "%00"},
+            {"session": "x" * 5000},
+        ],
+    )
     def test_odd_query_parameters_show_nothing_of_anyone_else_and_raise_nothing(self, query):
         store = services().store
         store.create_session("victim@example.com", "victim's chat", system_prompt_id="default-v1")

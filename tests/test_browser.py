@@ -1,4 +1,5 @@
 """End to end: `streamlit run app.py` and a real headless Chromium (Debian's), driven by Playwright."""
+
 import contextlib
 import os
 import shutil
@@ -13,8 +14,15 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "test-artifacts"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (.ci/run installs it)")
 
@@ -36,9 +44,25 @@ def serve_app(tmp_path, **settings: str):
     env.update(settings)
     log_path = tmp_path / "streamlit.log"
     log = log_path.open("w")
-    process = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port),
-                                "--server.address", "127.0.0.1", "--server.headless", "true"],
-                               cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "streamlit",
+            "run",
+            "app.py",
+            "--server.port",
+            str(port),
+            "--server.address",
+            "127.0.0.1",
+            "--server.headless",
+            "true",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     try:
         deadline = time.monotonic() + 60
         while True:
@@ -102,12 +126,16 @@ def test_ask_see_the_streamed_answer_reload_and_find_the_session(app_url, page):
     page.reload()
     sidebar = page.locator("[data-testid='stSidebar']")
     sidebar.get_by_role("button", name="How should I design a DynamoDB").wait_for(timeout=60_000)
-    page.locator("[data-testid='stChatMessage']").filter(has_text="Start from the queries").first.wait_for(timeout=60_000)
+    page.locator("[data-testid='stChatMessage']").filter(has_text="Start from the queries").first.wait_for(
+        timeout=60_000
+    )
     page.screenshot(path=str(ARTIFACTS / "chat-after-reload.png"))
 
     page.goto(app_url)  # a fresh visit without the deep link: the session is in the sidebar; open it
     sidebar.get_by_role("button", name="How should I design a DynamoDB").click()
-    page.locator("[data-testid='stChatMessage']").filter(has_text="Start from the queries").first.wait_for(timeout=60_000)
+    page.locator("[data-testid='stChatMessage']").filter(has_text="Start from the queries").first.wait_for(
+        timeout=60_000
+    )
 
 
 MESSAGES = "[data-testid='stChatMessage']"
@@ -219,8 +247,13 @@ print(session.session_id, ids[3])
 def test_a_link_to_an_old_turn_opens_the_chat_scrolled_to_it(tmp_path, page):
     """Search's result links (`?session=&turn=`): the turn is paged in, marked, and scrolled to."""
     folder = str(tmp_path / "data")
-    prepared = subprocess.run([sys.executable, "-c", PREPARE_LONG_CHAT.format(folder=folder)], cwd=ROOT,
-                              capture_output=True, text=True, timeout=120)
+    prepared = subprocess.run(
+        [sys.executable, "-c", PREPARE_LONG_CHAT.format(folder=folder)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     session_id, turn_id = prepared.stdout.split()
     with serve_app(tmp_path) as url:
         page.goto(f"{url}/?session={session_id}&turn={turn_id}")
@@ -250,8 +283,9 @@ def test_a_search_result_opens_its_chat_at_that_turn_in_the_same_tab(app_url, pa
     page.screenshot(path=str(ARTIFACTS / "search-results.png"))
     pages_before = len(page.context.pages)
     result.first.click()
-    page.locator("[data-testid='stChatMessage']").filter(has_text="How do we rotate the database password?").first \
-        .wait_for(timeout=30_000)
+    page.locator("[data-testid='stChatMessage']").filter(
+        has_text="How do we rotate the database password?"
+    ).first.wait_for(timeout=30_000)
     assert len(page.context.pages) == pages_before  # the same tab, not a new one
     assert "session=" in page.url and page.get_by_text("out tokens").count() == 2
     page.screenshot(path=str(ARTIFACTS / "search-result-opened.png"))

@@ -1,5 +1,6 @@
 """The chat page in Chromium: long streamed answers, nothing fetched from chat text, pathological Markdown,
 and the page on a phone."""
+
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -31,8 +32,9 @@ def app_url(tmp_path):
 @pytest.fixture
 def claude_app(tmp_path, fake_model):
     """The app with the anthropic provider, pointed at the local fake server."""
-    with serve_app(tmp_path, ANTHROPIC_API_KEY="sk-test", CHAT_ANTHROPIC_BASE_URL=fake_model.url,
-                   CHAT_MODEL_MAX_RETRIES="0") as url:
+    with serve_app(
+        tmp_path, ANTHROPIC_API_KEY="sk-test", CHAT_ANTHROPIC_BASE_URL=fake_model.url, CHAT_MODEL_MAX_RETRIES="0"
+    ) as url:
         yield url
 
 
@@ -134,8 +136,10 @@ IMAGE_PAYLOADS = """Look: ![inline]({u}/inline?secret=1) and ![a [b]]({u}/nested
 
 def test_nothing_in_a_question_an_answer_or_a_title_makes_the_browser_fetch(claude_app, fake_model, browser, hits):
     payloads = IMAGE_PAYLOADS.format(u=hits.url)
-    fake_model.enqueue(Behaviour("text", chunks=chunks_of(payloads, 7)),  # streamed in small pieces
-                       Behaviour("text", chunks=[f"![t]({hits.url}/title)"]))  # the model-written title
+    fake_model.enqueue(
+        Behaviour("text", chunks=chunks_of(payloads, 7)),  # streamed in small pieces
+        Behaviour("text", chunks=[f"![t]({hits.url}/title)"]),
+    )  # the model-written title
     page = new_page(browser)
     ask(page, claude_app, payloads)
     answered(page)

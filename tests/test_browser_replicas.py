@@ -1,5 +1,6 @@
 """Two `streamlit run` replicas on one table and one Redis serve one user in two browsers: the answer one
 replica writes is shown live by the other, and Stop on the other stops it."""
+
 import os
 import subprocess
 import sys
@@ -10,8 +11,10 @@ from tests.redis_server import REDIS_SERVER, redis_server  # noqa: F401 (the fix
 from tests.test_browser import ARTIFACTS, CHROMIUM, ROOT, serve_app
 from tests.test_browser_chat import browser  # noqa: F401 (the fixture: one Chromium per test)
 
-pytestmark = [pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (.ci/run installs it)"),
-              pytest.mark.skipif(REDIS_SERVER is None, reason="Debian's redis-server is not installed")]
+pytestmark = [
+    pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (.ci/run installs it)"),
+    pytest.mark.skipif(REDIS_SERVER is None, reason="Debian's redis-server is not installed"),
+]
 
 USER = "ada@example.com"
 MESSAGES = "[data-testid='stChatMessage']"
@@ -21,8 +24,13 @@ MESSAGES = "[data-testid='stChatMessage']"
 def dynamo(tmp_path):
     """The embedded DynamoDB in a process of its own, shared by both replicas."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CHAT_", "ANTHROPIC_"))}
-    process = subprocess.Popen([sys.executable, "-m", "tests.shared_dynamo", str(tmp_path / "db"), "shared-chat"],
-                               cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tests.shared_dynamo", str(tmp_path / "db"), "shared-chat"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         url = process.stdout.readline().strip()
         assert url.startswith("http://"), "the shared DynamoDB did not start"
@@ -34,10 +42,19 @@ def dynamo(tmp_path):
 
 @pytest.fixture
 def replicas(tmp_path, dynamo, redis_server):
-    settings = dict(CHAT_BACKEND="aws", CHAT_DYNAMODB_ENDPOINT=dynamo, CHAT_TABLE="shared-chat",
-                    CHAT_IDENTITY="header", CHAT_TRUST_NETWORK="1", CHAT_CURSOR_SECRET="replica-secret",
-                    CHAT_REDIS_URL=redis_server.url, CHAT_DEMO_DELAY="0.1", CHAT_MODEL_PROVIDER="demo",
-                    AWS_ACCESS_KEY_ID="local", AWS_SECRET_ACCESS_KEY="local")
+    settings = dict(
+        CHAT_BACKEND="aws",
+        CHAT_DYNAMODB_ENDPOINT=dynamo,
+        CHAT_TABLE="shared-chat",
+        CHAT_IDENTITY="header",
+        CHAT_TRUST_NETWORK="1",
+        CHAT_CURSOR_SECRET="replica-secret",
+        CHAT_REDIS_URL=redis_server.url,
+        CHAT_DEMO_DELAY="0.1",
+        CHAT_MODEL_PROVIDER="demo",
+        AWS_ACCESS_KEY_ID="local",
+        AWS_SECRET_ACCESS_KEY="local",
+    )
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
     with serve_app(tmp_path / "a", **settings) as first, serve_app(tmp_path / "b", **settings) as second:
@@ -46,8 +63,9 @@ def replicas(tmp_path, dynamo, redis_server):
 
 def signed_in(browser, **viewport):
     """A browser whose requests carry the SSO proxy's header (CHAT_IDENTITY=header)."""
-    context = browser.new_context(extra_http_headers={"X-Forwarded-Email": USER},
-                                  viewport=viewport or {"width": 1280, "height": 900})
+    context = browser.new_context(
+        extra_http_headers={"X-Forwarded-Email": USER}, viewport=viewport or {"width": 1280, "height": 900}
+    )
     return context.new_page()
 
 

@@ -1,9 +1,10 @@
-"""The capacity model against CAPACITY.md's test vectors, and the meter on a real table."""
+"""The capacity model against DynamoDB's published sizing examples (docs/design.md), and the meter on a real table."""
+
 import pytest
 
+from lib.errors import MessageNotPending
 from lib.storage.capacity import modeled_units, read_units, reported_units, write_units
 from lib.storage.itemsize import item_size, number_size
-from lib.errors import MessageNotPending
 from lib.storage.store import to_item
 
 USER = "u-1"
@@ -25,7 +26,10 @@ class TestItemSize:
         item = to_item({"pk": "k", "body": "x" * xs})
         assert item_size(item) == size
         assert modeled_units("PutItem", {"Item": item}, {}) == ("write", units)
-        assert modeled_units("TransactWriteItems", {"TransactItems": [{"Put": {"Item": item}}]}, {}) == ("write", 2 * units)
+        assert modeled_units("TransactWriteItems", {"TransactItems": [{"Put": {"Item": item}}]}, {}) == (
+            "write",
+            2 * units,
+        )
 
     def test_vector_4_a_transaction_rounds_each_item_before_doubling(self):
         item = to_item({"pk": "k", "body": "x" * (1500 - 7)})
@@ -47,8 +51,13 @@ class TestItemSize:
         assert modeled_units("DeleteItem", {"Key": key}, {}) == ("write", 1)  # a missing item costs 1
 
     def test_a_transaction_update_is_billed_on_the_whole_item_it_replaces(self):
-        update = {"Update": {"Key": {"pk": {"S": "k"}, "sk": {"S": "s"}}, "UpdateExpression": "SET t = :t",
-                             "ExpressionAttributeValues": {":t": {"S": "x"}}}}
+        update = {
+            "Update": {
+                "Key": {"pk": {"S": "k"}, "sk": {"S": "s"}},
+                "UpdateExpression": "SET t = :t",
+                "ExpressionAttributeValues": {":t": {"S": "x"}},
+            }
+        }
         assert modeled_units("TransactWriteItems", {"TransactItems": [update]}, {}) == ("write", 2)
         assert modeled_units("TransactWriteItems", {"TransactItems": [update]}, {}, {("k", "s"): 1500}) == ("write", 4)
 
@@ -67,10 +76,14 @@ class TestItemSize:
         assert item_size(item) == 52
 
     def test_vector_8_nested_lists_maps_booleans_and_null(self):
-        item = {"pk": {"S": "SES#s-1"}, "sk": {"S": "META"},
-                "tags": {"L": [{"S": "a"}, {"S": "bc"}]},
-                "meta": {"M": {"model": {"S": "sonnet"}, "n": {"N": "5"}}},
-                "done": {"BOOL": True}, "err": {"NULL": True}}
+        item = {
+            "pk": {"S": "SES#s-1"},
+            "sk": {"S": "META"},
+            "tags": {"L": [{"S": "a"}, {"S": "bc"}]},
+            "meta": {"M": {"model": {"S": "sonnet"}, "n": {"N": "5"}}},
+            "done": {"BOOL": True},
+            "err": {"NULL": True},
+        }
         assert item_size(item) == 59
 
     @pytest.mark.parametrize("number, size", [("1", 2), ("123", 3), ("1.2", 3), ("100.5", 4), ("-42", 3), ("0", 1)])
@@ -93,11 +106,22 @@ class TestMeterOnARealTable:
 
     def test_a_turn_with_a_4_kb_answer_costs_8_wru_to_send_and_4_to_finish(self, store, meter, client, table):
         session, first = store.create_session(USER, "first question", system_prompt_id="default-v1")
-        session, message = store.send_message(USER, session, "what is a good key design?", system_prompt_id="default-v1")
-        done = store.finish_message(USER, message, output_body="a" * 3700, input_token=12, output_token=900,
-                                    response_start_time=message.create_time, response_end_time=message.create_time)
-        stored = client.get_item(TableName=table, Key={"pk": {"S": f"USER#{USER}#SES#{session.session_id}"},
-                                                       "sk": {"S": f"MSG#{message.message_id}"}})["Item"]
+        session, message = store.send_message(
+            USER, session, "what is a good key design?", system_prompt_id="default-v1"
+        )
+        done = store.finish_message(
+            USER,
+            message,
+            output_body="a" * 3700,
+            input_token=12,
+            output_token=900,
+            response_start_time=message.create_time,
+            response_end_time=message.create_time,
+        )
+        stored = client.get_item(
+            TableName=table,
+            Key={"pk": {"S": f"USER#{USER}#SES#{session.session_id}"}, "sk": {"S": f"MSG#{message.message_id}"}},
+        )["Item"]
         assert 3 * 1024 < item_size(stored) <= 4 * 1024 and done.size == item_size(stored)
         by_action = {u.action: u for u in meter.records() if u.action in ("send", "finish")}
         assert by_action["send"].units == 8 and by_action["send"].source == "model"
@@ -107,8 +131,15 @@ class TestMeterOnARealTable:
     def test_open_of_20_turns_of_4_kb_costs_21_rru(self, store, meter):
         session, message = store.create_session(USER, "q", system_prompt_id="p")
         for i in range(20):
-            store.finish_message(USER, message, output_body="b" * 3730, input_token=1, output_token=1,
-                                 response_start_time=message.create_time, response_end_time=message.create_time)
+            store.finish_message(
+                USER,
+                message,
+                output_body="b" * 3730,
+                input_token=1,
+                output_token=1,
+                response_start_time=message.create_time,
+                response_end_time=message.create_time,
+            )
             if i < 19:
                 session, message = store.send_message(USER, session, "q", system_prompt_id="p")
         meter.clear()
@@ -119,12 +150,26 @@ class TestMeterOnARealTable:
 
     def test_a_failed_conditional_write_is_charged_by_the_model(self, store, meter):
         session, message = store.create_session(USER, "q", system_prompt_id="p")
-        store.finish_message(USER, message, output_body="x", input_token=1, output_token=1,
-                             response_start_time=message.create_time, response_end_time=message.create_time)
+        store.finish_message(
+            USER,
+            message,
+            output_body="x",
+            input_token=1,
+            output_token=1,
+            response_start_time=message.create_time,
+            response_end_time=message.create_time,
+        )
         meter.clear()
         with pytest.raises(MessageNotPending):
-            store.finish_message(USER, message, output_body="y", input_token=1, output_token=1,
-                                 response_start_time=message.create_time, response_end_time=message.create_time)
+            store.finish_message(
+                USER,
+                message,
+                output_body="y",
+                input_token=1,
+                output_token=1,
+                response_start_time=message.create_time,
+                response_end_time=message.create_time,
+            )
         (usage,) = meter.records()
         assert not usage.ok and usage.modeled == 1 and usage.reported is None
 

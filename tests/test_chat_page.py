@@ -1,23 +1,39 @@
 """The chat page's polish and its cost per rerun, through AppTest on a real table of the embedded DynamoDB."""
+
 import pytest
 
 from lib.storage.records import Message
-from lib.turn.flow import ContextNotes
 from lib.web import turn_view
 from lib.web.chat_page import RENAME_POPOVER
+from lib.web.chat_view import ContextNotes
 from tests.pages import DEV, button, new_browser, requests_made, send, services, shown_text
 
 
 def a_chat_of(turns: int):
     store = services().store
     session, message = store.create_session(DEV, "turn 0", system_prompt_id="default-v1")
-    store.finish_message(DEV, message, output_body="answer 0", input_token=1, output_token=1,
-                         response_start_time=message.create_time, response_end_time=message.create_time, model="demo")
+    store.finish_message(
+        DEV,
+        message,
+        output_body="answer 0",
+        input_token=1,
+        output_token=1,
+        response_start_time=message.create_time,
+        response_end_time=message.create_time,
+        model="demo",
+    )
     for i in range(1, turns):
         session, message = store.send_message(DEV, session, f"turn {i}", system_prompt_id="default-v1")
-        store.finish_message(DEV, message, output_body=f"answer {i}", input_token=1, output_token=1,
-                             response_start_time=message.create_time, response_end_time=message.create_time,
-                             model="demo")
+        store.finish_message(
+            DEV,
+            message,
+            output_body=f"answer {i}",
+            input_token=1,
+            output_token=1,
+            response_start_time=message.create_time,
+            response_end_time=message.create_time,
+            model="demo",
+        )
     return session
 
 
@@ -35,8 +51,9 @@ class TestLongChats:
             button(at, "Load earlier messages").click().run()
             assert not at.exception
         # everything is loaded; the page just brought in is open, the pages between are collapsed
-        assert [e.label for e in at.expander] == [f"Turns {a}–{a + 19} · from {e.label.split('from ')[1]}"
-                                                  for a, e in zip((1, 21, 41, 61), at.expander)]
+        assert [e.label for e in at.expander] == [
+            f"Turns {a}–{a + 19} · from {e.label.split('from ')[1]}" for a, e in zip((1, 21, 41, 61), at.expander)
+        ]
         assert user_turns(at) == [f"turn {i}" for i in range(0, 20)] + [f"turn {i}" for i in range(80, 100)]
         assert len(at.chat_message) == 80
         assert requests_made(lambda: at.run()) == []  # a rerun reads nothing
@@ -53,7 +70,7 @@ class TestLongChats:
         at.run()
         assert not at.get("iframe")  # once
         for bad in ("../../etc", "01NOTAVALIDULID", "z" * 26):  # not a turn id: nothing is paged
-            records = requests_made(lambda: new_browser(session=session.session_id, turn=bad))
+            records = requests_made(lambda bad=bad: new_browser(session=session.session_id, turn=bad))
             assert [r.operation for r in records] == ["Query", "Query"]
 
     def test_a_link_to_a_turn_of_the_chat_already_open_is_followed_too(self):
@@ -90,8 +107,20 @@ class TestLongChats:
         session = a_chat_of(22)
         turns = services().store.all_messages(DEV, session.session_id)
         database = services().database
-        SummaryStore(database.client, database.table).put(DEV, Summary(session.session_id, "what came before", 0, turns[10].message_id, 11,
-                                              "extractive", "demo", turns[10].create_time), previous=None)
+        SummaryStore(database.client, database.table).put(
+            DEV,
+            Summary(
+                session.session_id,
+                "what came before",
+                0,
+                turns[10].message_id,
+                11,
+                "extractive",
+                "demo",
+                turns[10].create_time,
+            ),
+            previous=None,
+        )
         at = new_browser(session=session.session_id)
         assert user_turns(at) == [f"turn {i}" for i in range(3, 22)]  # the summary took the read's 21st item
         button(at, "Load earlier messages").click().run()
@@ -113,10 +142,13 @@ class TestFollowUps:
         records = requests_made(lambda: send(at, "a follow-up"))
         # The turn's own: 1 transaction before the model, 1 update after. Around them the context engine may
         # recall (SearchVectors) and index the saved turn; the usage ledger's timed flush may land here too.
-        assert [(r.operation, r.action) for r in records if r.action in ("send", "finish")] == \
-            [("TransactWriteItems", "send"), ("UpdateItem", "finish")]
-        assert {r.action for r in records} <= {"send", "finish", "search", "index", "memory", "summary", "ledger"}, \
-            [(r.operation, r.action) for r in records]
+        assert [(r.operation, r.action) for r in records if r.action in ("send", "finish")] == [
+            ("TransactWriteItems", "send"),
+            ("UpdateItem", "finish"),
+        ]
+        assert {r.action for r in records} <= {"send", "finish", "search", "index", "memory", "summary", "ledger"}, [
+            (r.operation, r.action) for r in records
+        ]
         assert [m.name for m in at.chat_message] == ["user", "assistant", "user", "assistant"]
         last = at.chat_message[3]
         assert "turn 2" in shown_text(last) and "out tokens" in last.caption[0].value
@@ -149,11 +181,26 @@ class TestPolish:
         assert "connection to the model dropped" in at.warning[0].value
 
     def test_a_retried_answer_is_timed_from_the_retry(self):
-        m = Message("m", "s", "2026-11-06T08:00:00.000Z", "q", "default-v1", status="done",
-                    response_end_time="2026-11-06T09:00:02.500Z", attempt_time="2026-11-06T09:00:00.000Z")
+        m = Message(
+            "m",
+            "s",
+            "2026-11-06T08:00:00.000Z",
+            "q",
+            "default-v1",
+            status="done",
+            response_end_time="2026-11-06T09:00:02.500Z",
+            attempt_time="2026-11-06T09:00:00.000Z",
+        )
         assert turn_view.answer_seconds(m) == 2.5
-        first_try = Message("m", "s", "2026-11-06T08:00:00.000Z", "q", "default-v1", status="done",
-                            response_end_time="2026-11-06T08:00:01.000Z")
+        first_try = Message(
+            "m",
+            "s",
+            "2026-11-06T08:00:00.000Z",
+            "q",
+            "default-v1",
+            status="done",
+            response_end_time="2026-11-06T08:00:01.000Z",
+        )
         assert turn_view.answer_seconds(first_try) == 1.0
 
     def test_rename_saves_and_closes_its_popover(self):
@@ -186,10 +233,17 @@ class TestPolish:
         assert row.proto.type == "primary" and row.label == "First"
         assert [c.value for c in at.sidebar.caption][0] == "Today"
         now = dt.datetime(2026, 11, 30, 9, tzinfo=dt.timezone.utc)
-        assert [day_group(t, now) for t in ("2026-11-30T00:00:01.000Z", "2026-11-29T23:59:59.000Z",
-                                            "2026-11-24T08:00:00.000Z", "2026-11-02T08:00:00.000Z",
-                                            "2026-10-30T08:00:00.000Z", "2025-12-30T08:00:00.000Z")] == \
-            ["Today", "Yesterday", "Previous 7 days", "Previous 30 days", "October", "December 2025"]
+        assert [
+            day_group(t, now)
+            for t in (
+                "2026-11-30T00:00:01.000Z",
+                "2026-11-29T23:59:59.000Z",
+                "2026-11-24T08:00:00.000Z",
+                "2026-11-02T08:00:00.000Z",
+                "2026-10-30T08:00:00.000Z",
+                "2025-12-30T08:00:00.000Z",
+            )
+        ] == ["Today", "Yesterday", "Previous 7 days", "Previous 30 days", "October", "December 2025"]
 
     def test_a_title_with_an_image_is_shown_as_text(self):
         at = send(new_browser(), "title")

@@ -1,4 +1,5 @@
 """The engine through the store: the request budget of assembly, recall of old turns, the turn it feeds, caching."""
+
 import pytest
 
 from lib.config import Settings
@@ -27,9 +28,17 @@ def long_chat(store, n):
             session, m = store.create_session(U, q, system_prompt_id="default-v1")
         else:
             session, m = store.send_message(U, session, q, system_prompt_id="default-v1")
-        turns.append(store.finish_message(U, m, output_body=f"Answer {i}: " + "sunny and warm " * 40, input_token=1,
-                                          output_token=1, response_start_time=m.create_time,
-                                          response_end_time=m.create_time))
+        turns.append(
+            store.finish_message(
+                U,
+                m,
+                output_body=f"Answer {i}: " + "sunny and warm " * 40,
+                input_token=1,
+                output_token=1,
+                response_start_time=m.create_time,
+                response_end_time=m.create_time,
+            )
+        )
     return session, turns
 
 
@@ -39,14 +48,31 @@ class TestRequestBudget:
         view = store.open_session(U, session.session_id)
         cache = ContextCache()
         requests.reset()
-        context = engine.context(cache, U, view.session, "which port does the staging database use?",
-                                 view.messages, summary=view.summary, system_prompt_id="default-v1", budget=2000,
-                                 earlier_turns=45)
+        context = engine.context(
+            cache,
+            U,
+            view.session,
+            "which port does the staging database use?",
+            view.messages,
+            summary=view.summary,
+            system_prompt_id="default-v1",
+            budget=2000,
+            earlier_turns=45,
+        )
         assert requests.names == ["Query", "Query"]  # memories, then the 25 older turns (one 1 MB page)
         assert "5433" in context.prompt.system  # recalled from beyond the loaded page
         requests.reset()
-        engine.context(cache, U, view.session, "and the weather?", view.messages, summary=view.summary,
-                       system_prompt_id="default-v1", budget=2000, earlier_turns=45)
+        engine.context(
+            cache,
+            U,
+            view.session,
+            "and the weather?",
+            view.messages,
+            summary=view.summary,
+            system_prompt_id="default-v1",
+            budget=2000,
+            earlier_turns=45,
+        )
         assert requests.names == []
 
     def test_a_chat_that_fits_the_loaded_page_reads_no_older_turns(self, engine, store, requests):
@@ -55,21 +81,39 @@ class TestRequestBudget:
         cache = ContextCache()
         cache.memory[U] = MemoryState([], True)  # this browser session read them with an earlier question
         requests.reset()
-        engine.context(cache, U, view.session, "port?", view.messages, summary=None, system_prompt_id="default-v1",
-                       budget=2000, earlier_turns=5)
+        engine.context(
+            cache,
+            U,
+            view.session,
+            "port?",
+            view.messages,
+            summary=None,
+            system_prompt_id="default-v1",
+            budget=2000,
+            earlier_turns=5,
+        )
         assert requests.names == []
 
 
 class TestTurn:
-    def test_begin_turn_with_the_engine_sends_the_loaders_prompt_after_one_transaction(self, engine, store,
-                                                                                      requests):
+    def test_begin_turn_with_the_engine_sends_the_loaders_prompt_after_one_transaction(self, engine, store, requests):
         session, _ = long_chat(store, 25)
         view = store.open_session(U, session.session_id)
         cache = ContextCache()
         requests.reset()
-        turn = begin_turn(store, DemoModel(delay_s=0), U, view.session, "what port was staging on?", view.messages,
-                          system_prompt_id="default-v1", budget_tokens=1500, engine=engine, cache=cache,
-                          summary=view.summary)
+        turn = begin_turn(
+            store,
+            DemoModel(delay_s=0),
+            U,
+            view.session,
+            "what port was staging on?",
+            view.messages,
+            system_prompt_id="default-v1",
+            budget_tokens=1500,
+            engine=engine,
+            cache=cache,
+            summary=view.summary,
+        )
         assert requests.names[0] == "TransactWriteItems" and len(requests.names) <= 3
         assert turn.context.tokens <= 1500 and "5433" in turn.context.prompt.system
         assert turn.context.note.startswith("The model saw the newest")
@@ -84,11 +128,28 @@ class TestTurn:
         session, pending = store.send_message(U, session, "which port does staging use?", system_prompt_id="p")
         failed = store.fail_message(U, pending, output_body="", error="overloaded")
         session, later = store.send_message(U, session, "Later: staging moved to port 7000.", system_prompt_id="p")
-        later = store.finish_message(U, later, output_body="ok, port 7000", input_token=1, output_token=1,
-                                     response_start_time=later.create_time, response_end_time=later.create_time)
+        later = store.finish_message(
+            U,
+            later,
+            output_body="ok, port 7000",
+            input_token=1,
+            output_token=1,
+            response_start_time=later.create_time,
+            response_end_time=later.create_time,
+        )
         view = store.open_session(U, session.session_id)
-        turn = retry_turn(store, DemoModel(delay_s=0), U, view.session, failed, view.messages, budget_tokens=2000,
-                          engine=engine, cache=ContextCache(), summary=view.summary)
+        turn = retry_turn(
+            store,
+            DemoModel(delay_s=0),
+            U,
+            view.session,
+            failed,
+            view.messages,
+            budget_tokens=2000,
+            engine=engine,
+            cache=ContextCache(),
+            summary=view.summary,
+        )
         sent = [s.id for s in turn.context.sources if s.kind in ("turn", "recalled")]
         assert later.message_id not in sent and "7000" not in turn.context.prompt.system
         assert "5433" in turn.context.prompt.system
@@ -98,14 +159,23 @@ class TestTurn:
         session, _ = long_chat(store, 3)
         view = store.open_session(U, session.session_id)
         requests.reset()
-        turn = begin_turn(store, DemoModel(delay_s=0), U, view.session, "hi", view.messages,
-                          system_prompt_id="default-v1", budget_tokens=24000)
+        turn = begin_turn(
+            store,
+            DemoModel(delay_s=0),
+            U,
+            view.session,
+            "hi",
+            view.messages,
+            system_prompt_id="default-v1",
+            budget_tokens=24000,
+        )
         assert requests.names == ["TransactWriteItems"] and turn.context.turns_included == 3
 
 
 class TestPromptCaching:
-    def test_claude_gets_cache_control_on_the_stable_prefix_and_cache_tokens_are_kept(self, fake_model, store,
-                                                                                      client, table, meter):
+    def test_claude_gets_cache_control_on_the_stable_prefix_and_cache_tokens_are_kept(
+        self, fake_model, store, client, table, meter
+    ):
         from lib.services import make_model
 
         s = Settings.load(secrets={}, for_operator=True)
@@ -114,8 +184,17 @@ class TestPromptCaching:
         session, turns = long_chat(store, 3)
         engine.memories.add(U, "I prefer short answers.", session_id=None, message_id=None)
         cache = ContextCache()
-        context = engine.context(cache, U, session, "and tomorrow?", turns, summary=None,
-                                 system_prompt_id="default-v1", budget=4000, earlier_turns=3)
+        context = engine.context(
+            cache,
+            U,
+            session,
+            "and tomorrow?",
+            turns,
+            summary=None,
+            system_prompt_id="default-v1",
+            budget=4000,
+            earlier_turns=3,
+        )
         reply = model.stream(context.prompt)
         "".join(reply)
         body = fake_model.requests[-1]["body"]
@@ -126,7 +205,8 @@ class TestPromptCaching:
 
     def test_the_demo_model_takes_the_same_prompt(self, engine, store):
         engine.memories.add(U, "I prefer short answers.", session_id=None, message_id=None)
-        context = engine.context(ContextCache(), U, None, "hello", [], summary=None, system_prompt_id="default-v1",
-                                 budget=1000)
+        context = engine.context(
+            ContextCache(), U, None, "hello", [], summary=None, system_prompt_id="default-v1", budget=1000
+        )
         assert context.prompt.cache_prefix
         assert "demo model" in "".join(DemoModel(delay_s=0).stream(context.prompt))

@@ -1,4 +1,5 @@
 """The SessionContextLoader alone: within budget for random inputs, whole turns only, sources and notes."""
+
 import random
 
 import pytest
@@ -9,13 +10,22 @@ from lib.context.loader import RECALL_HEADER, SessionContextLoader
 from lib.context.recall import KeywordRecall
 from lib.storage.records import DONE, FAILED, PENDING, Memory, Message, Summary
 
-WORDS = ("deploy window thursday postgres port staging budget tabs spaces kafka retention 部署 窗口 数据库 "
-         "alice bob invoice quarterly latency redis cache python rust migration").split()
+WORDS = (
+    "deploy window thursday postgres port staging budget tabs spaces kafka retention 部署 窗口 数据库 "
+    "alice bob invoice quarterly latency redis cache python rust migration"
+).split()
 
 
 def turn(i, q, a, status=DONE):
-    return Message(message_id=f"{i:026d}", session_id="s", create_time=f"2026-11-{1 + i % 28:02d}T08:30:45.123Z",
-                   input_body=q, system_prompt_id="default-v1", status=status, output_body=a)
+    return Message(
+        message_id=f"{i:026d}",
+        session_id="s",
+        create_time=f"2026-11-{1 + i % 28:02d}T08:30:45.123Z",
+        input_body=q,
+        system_prompt_id="default-v1",
+        status=status,
+        output_body=a,
+    )
 
 
 def text(rng, n):
@@ -27,13 +37,32 @@ def random_case(seed):
     history = []
     for i in range(rng.randint(0, 60)):
         status = rng.choice([DONE] * 8 + [FAILED, PENDING])
-        history.append(turn(i, text(rng, rng.randint(1, 80)), text(rng, rng.randint(0, 900)) if status == DONE
-                            or rng.random() < 0.5 else "", status))
-    memories = [Memory(f"m{i}", "u", text(rng, rng.randint(2, 30)), "s", None, f"2026-10-{1 + i:02d}T00:00:00.000Z")
-                for i in range(rng.randint(0, 12))]
-    summary = Summary("s", "\n".join(text(rng, 20) for _ in range(rng.randint(1, 30))), 3, history[-1].message_id
-                      if history else "", 10, "extractive", "extractive", "2026-11-01T00:00:00.000Z") \
-        if rng.random() < 0.7 else None
+        history.append(
+            turn(
+                i,
+                text(rng, rng.randint(1, 80)),
+                text(rng, rng.randint(0, 900)) if status == DONE or rng.random() < 0.5 else "",
+                status,
+            )
+        )
+    memories = [
+        Memory(f"m{i}", "u", text(rng, rng.randint(2, 30)), "s", None, f"2026-10-{1 + i:02d}T00:00:00.000Z")
+        for i in range(rng.randint(0, 12))
+    ]
+    summary = (
+        Summary(
+            "s",
+            "\n".join(text(rng, 20) for _ in range(rng.randint(1, 30))),
+            3,
+            history[-1].message_id if history else "",
+            10,
+            "extractive",
+            "extractive",
+            "2026-11-01T00:00:00.000Z",
+        )
+        if rng.random() < 0.7
+        else None
+    )
     return rng, history, memories, summary
 
 
@@ -49,8 +78,16 @@ class TestBudget:
         rng, history, memories, summary = random_case(seed)
         budget = rng.choice([50, 200, 1000, 2000, 4000, 24000])
         system, question = text(rng, rng.randint(5, 40)), text(rng, rng.randint(1, 300))
-        context = loader_for(history).load(user_id="u", session_id="s", system=system, question=question,
-                                           history=history, budget=budget, memories=memories, summary=summary)
+        context = loader_for(history).load(
+            user_id="u",
+            session_id="s",
+            system=system,
+            question=question,
+            history=history,
+            budget=budget,
+            memories=memories,
+            summary=summary,
+        )
         sent = tokens.count(context.prompt.system) + sum(tokens.count(m["content"]) for m in context.prompt.messages)
         assert sent == context.tokens
         floor = tokens.count(system) + tokens.count(question)
@@ -78,16 +115,22 @@ class TestBudget:
 
     def test_a_question_larger_than_the_budget_is_sent_alone(self):
         history = [turn(1, "q", "a")]
-        context = SessionContextLoader().load(user_id="u", session_id="s", system="sys", question="z" * 10_000,
-                                              history=history, budget=100)
+        context = SessionContextLoader().load(
+            user_id="u", session_id="s", system="sys", question="z" * 10_000, history=history, budget=100
+        )
         assert context.prompt.messages == [{"role": "user", "content": "z" * 10_000}]
-        assert context.note == ("Your question is about 2,500 tokens: with the instructions, all of the 100 tokens "
-                                "budgeted for what the model sees; it was sent whole, with nothing else. The model saw "
-                                "the newest 0 of 1 earlier turn; 1 earlier turn was left out (token budget).")
-        first = SessionContextLoader().load(user_id="u", session_id="s", system="sys", question="z" * 10_000,
-                                            history=[], budget=100)  # a new chat: nothing left out, still said
-        assert first.note == ("Your question is about 2,500 tokens: with the instructions, all of the 100 tokens "
-                              "budgeted for what the model sees; it was sent whole, with nothing else.")
+        assert context.note == (
+            "Your question is about 2,500 tokens: with the instructions, all of the 100 tokens "
+            "budgeted for what the model sees; it was sent whole, with nothing else. The model saw "
+            "the newest 0 of 1 earlier turn; 1 earlier turn was left out (token budget)."
+        )
+        first = SessionContextLoader().load(
+            user_id="u", session_id="s", system="sys", question="z" * 10_000, history=[], budget=100
+        )  # a new chat: nothing left out, still said
+        assert first.note == (
+            "Your question is about 2,500 tokens: with the instructions, all of the 100 tokens "
+            "budgeted for what the model sees; it was sent whole, with nothing else."
+        )
 
 
 class TestOrderAndSources:
@@ -95,19 +138,40 @@ class TestOrderAndSources:
         self.history = [turn(i, f"question {i} about lunch", f"answer {i} " + "filler " * 200) for i in range(30)]
         self.history[3] = turn(3, "Our staging postgres listens on port 5433.", "Noted: staging uses port 5433.")
         self.memories = [Memory("m1", "u", "I prefer tabs over spaces.", "s", None, "2026-10-01T00:00:00.000Z")]
-        self.summary = Summary("s", "- early: the user set up staging", 2, self.history[20].message_id, 21,
-                               "extractive", "extractive", "2026-11-01T00:00:00.000Z")
+        self.summary = Summary(
+            "s",
+            "- early: the user set up staging",
+            2,
+            self.history[20].message_id,
+            21,
+            "extractive",
+            "extractive",
+            "2026-11-01T00:00:00.000Z",
+        )
 
     def load(self, budget=2000, question="which port does staging postgres use?"):
-        return loader_for(self.history).load(user_id="u", session_id="s", system="You help.", question=question,
-                                             history=self.history, budget=budget, memories=self.memories,
-                                             summary=self.summary, earlier_turns=30)
+        return loader_for(self.history).load(
+            user_id="u",
+            session_id="s",
+            system="You help.",
+            question=question,
+            history=self.history,
+            budget=budget,
+            memories=self.memories,
+            summary=self.summary,
+            earlier_turns=30,
+        )
 
     def test_prompt_order_is_system_memories_summary_recalled_then_newest_turns_and_the_question(self):
         context = self.load()
         system = context.prompt.system
-        assert system.index("You help.") < system.index("I prefer tabs") < system.index("set up staging") \
-            < system.index(RECALL_HEADER) < system.index("port 5433")
+        assert (
+            system.index("You help.")
+            < system.index("I prefer tabs")
+            < system.index("set up staging")
+            < system.index(RECALL_HEADER)
+            < system.index("port 5433")
+        )
         assert context.prompt.cache_prefix and system.startswith(context.prompt.cache_prefix)
         assert RECALL_HEADER not in context.prompt.cache_prefix  # recalled turns change per question: not cached
         assert context.prompt.messages[-2]["content"].startswith("answer 29")
@@ -121,20 +185,24 @@ class TestOrderAndSources:
         verbatim = sum(s.kind == "turn" for s in context.sources)
         recalled = sum(s.kind == "recalled" for s in context.sources)
         left = 30 - verbatim - recalled - 21
-        assert context.note == (f"The model saw the newest {verbatim} and {recalled} recalled of 30 earlier turns, "
-                                f"a summary of the 21 oldest, 1 memory; {left} earlier turns were left out "
-                                "(token budget).")
+        assert context.note == (
+            f"The model saw the newest {verbatim} and {recalled} recalled of 30 earlier turns, "
+            f"a summary of the 21 oldest, 1 memory; {left} earlier turns were left out "
+            "(token budget)."
+        )
 
     def test_everything_fits_means_no_note(self):
         short = [turn(i, f"q{i}", f"a{i}") for i in range(3)]
-        context = SessionContextLoader().load(user_id="u", session_id="s", system="s", question="q", history=short,
-                                              budget=1000)
+        context = SessionContextLoader().load(
+            user_id="u", session_id="s", system="s", question="q", history=short, budget=1000
+        )
         assert context.note is None and context.turns_included == 3
         assert context.prompt.cache_prefix == ""  # nothing stable beyond the system prompt: nothing marked
 
     def test_a_long_recalled_turn_is_sent_as_a_marked_excerpt(self):
-        self.history[3] = turn(3, "Our staging postgres listens on port 5433. " + "context " * 400,
-                               "Noted: port 5433. " + "detail " * 2000)
+        self.history[3] = turn(
+            3, "Our staging postgres listens on port 5433. " + "context " * 400, "Noted: port 5433. " + "detail " * 2000
+        )
         context = self.load(budget=1000)
         (recalled,) = [s for s in context.sources if s.kind == "recalled"][:1]
         assert recalled.id == self.history[3].message_id and recalled.excerpt
@@ -148,11 +216,29 @@ class TestOrderAndSources:
 
 class TestMemoryShare:
     def test_memories_over_their_quarter_keep_the_relevant_and_newest_in_date_order(self):
-        memories = [Memory(f"m{i:03d}", "u", f"Fact number {i} about topic {i} " + "padding " * 20, "s", None,
-                           f"2026-10-01T00:00:{i % 60:02d}.{i:03d}Z") for i in range(60)]
-        memories.append(Memory("kafka", "u", "We keep Kafka topics for 14 days.", "s", None, "2026-09-01T00:00:00.000Z"))
-        context = SessionContextLoader().load(user_id="u", session_id=None, system="s", question="kafka retention?",
-                                              history=[], budget=1000, memories=memories)
+        memories = [
+            Memory(
+                f"m{i:03d}",
+                "u",
+                f"Fact number {i} about topic {i} " + "padding " * 20,
+                "s",
+                None,
+                f"2026-10-01T00:00:{i % 60:02d}.{i:03d}Z",
+            )
+            for i in range(60)
+        ]
+        memories.append(
+            Memory("kafka", "u", "We keep Kafka topics for 14 days.", "s", None, "2026-09-01T00:00:00.000Z")
+        )
+        context = SessionContextLoader().load(
+            user_id="u",
+            session_id=None,
+            system="s",
+            question="kafka retention?",
+            history=[],
+            budget=1000,
+            memories=memories,
+        )
         sent = [s for s in context.sources if s.kind == "memory"]
         assert 0 < len(sent) < len(memories) and sent[0].id == "kafka"  # the relevant one, oldest, first in order
         block = context.prompt.system.split("\n\n", 1)[1]

@@ -1,4 +1,5 @@
 """The usage & cost page through AppTest, on a ledger filled through the real store and meter paths."""
+
 import csv
 import datetime as dt
 import io
@@ -11,12 +12,12 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from lib.usage import costs, readable
-from lib.web import ui
 from lib.config import Settings
-from lib.usage.pricing import Prices
-from lib.ops.seed import COLLEAGUES, seed_demo
 from lib.model.models import Usage as TokenUsage
+from lib.turn.demo import COLLEAGUES, seed_demo
+from lib.usage import costs, readable
+from lib.usage.pricing import Prices
+from lib.web import ui
 from tests.faults import Faults
 from tests.test_browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, serve_app
 
@@ -123,12 +124,14 @@ class TestAdmin:
         assert "modeled from DynamoDB's published sizing rules" in " ".join(c.value for c in at.caption)
         chart = chart_frame(at, 0).set_index(["day", "category"])["cost"]
         expected = costs.daily_dynamodb_by_category(buckets, page_prices(services), last_30_days()).set_index(
-            ["day", "category"])["cost"]
+            ["day", "category"]
+        )["cost"]
         assert {k: round(v, 12) for k, v in chart.items()} == {k: round(v, 12) for k, v in expected.items()}
         assert chart.sum() > 0
 
-    def test_in_demo_mode_the_headline_prices_the_model_as_claude_and_says_it_is_an_estimate(self, seeded, monkeypatch,
-                                                                                              page_reads):
+    def test_in_demo_mode_the_headline_prices_the_model_as_claude_and_says_it_is_an_estimate(
+        self, seeded, monkeypatch, page_reads
+    ):
         services, _ = seeded
         monkeypatch.setenv("CHAT_ADMINS", DEV)
         at = cost_page()
@@ -157,8 +160,9 @@ class TestAdmin:
         monkeypatch.setenv("CHAT_ADMINS", DEV)
         at = cost_page()
         table = table_with(at, "Action")
-        assert {"Send a question", "Start a chat", "Save an answer", "Open a chat", "Load the chat list"} \
-            <= set(table["Action"])
+        assert {"Send a question", "Start a chat", "Save an answer", "Open a chat", "Load the chat list"} <= set(
+            table["Action"]
+        )
         numbers = table.drop(columns=["Action", "Category"])
         # The demo's vector bytes are priced nowhere: unknown (NaN) where there are bytes, never $0.
         assert (numbers["Vector $"].isna() == (numbers["Vector bytes"] > 0)).all()
@@ -166,8 +170,7 @@ class TestAdmin:
         assert (numbers.abs().sum() > 0).all(), numbers.columns
         assert "Service-reported requests" not in table and "Modeled write units" not in table  # local: all modeled
 
-    def test_every_csv_escapes_formulas_and_has_human_columns_and_integer_counts(self, seeded, monkeypatch,
-                                                                                  downloads):
+    def test_every_csv_escapes_formulas_and_has_human_columns_and_integer_counts(self, seeded, monkeypatch, downloads):
         services, _ = seeded
         services.ledger.record_tokens(HYPERLINK, "demo", TokenUsage(input_tokens=10, output_tokens=5))
         services.ledger.record_tokens(DDE, "demo", TokenUsage(input_tokens=3, output_tokens=1))
@@ -208,8 +211,9 @@ def is_number(text):
 
 class TestUnavailable:
     @pytest.mark.parametrize("admins, operation", [(DEV, "Query"), ("boss@example.com", "BatchGetItem")])
-    def test_a_throttled_ledger_read_says_what_to_do_instead_of_a_traceback(self, seeded, monkeypatch,
-                                                                             no_backoff_sleep, admins, operation):
+    def test_a_throttled_ledger_read_says_what_to_do_instead_of_a_traceback(
+        self, seeded, monkeypatch, no_backoff_sleep, admins, operation
+    ):
         monkeypatch.setenv("CHAT_ADMINS", admins)
         at = AppTest.from_file(APP, default_timeout=60)
         at.run()  # the chat page first (its sidebar is a Query too)
@@ -267,10 +271,22 @@ def test_in_chromium_an_admin_reads_the_page_and_downloads_a_ledger_with_a_hosti
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CHAT_", "ANTHROPIC_"))}
     env["CHAT_DATA_DIR"] = str(tmp_path / "data")  # serve_app's
     root = Path(APP).parent
-    subprocess.run([sys.executable, "-m", "lib.admin", "seed-demo", "--days", "7"], cwd=root, env=env, check=True,
-                   capture_output=True, timeout=300)
-    subprocess.run([sys.executable, "-c", HOSTILE_LEDGER, HYPERLINK], cwd=root, env=env, check=True,
-                   capture_output=True, timeout=120)
+    subprocess.run(
+        [sys.executable, "-m", "lib.admin", "seed-demo", "--days", "7"],
+        cwd=root,
+        env=env,
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    subprocess.run(
+        [sys.executable, "-c", HOSTILE_LEDGER, HYPERLINK],
+        cwd=root,
+        env=env,
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     with serve_app(tmp_path, CHAT_ADMINS=DEV) as url, sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         page = browser.new_context(viewport={"width": 1400, "height": 1000}, accept_downloads=True).new_page()

@@ -1,5 +1,6 @@
 """Deployment as code: deploy/chat.yaml lints clean; its table and roles, created by moto's CloudFormation, carry
 the app (the store runs on that table); the task role allows exactly the DynamoDB actions the code uses."""
+
 from __future__ import annotations
 
 import ast
@@ -10,19 +11,24 @@ import socket
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import boto3
 import pytest
 
 from lib.config import Settings
+from lib.database import open_database
 from lib.ops.invariants import check_user
 from lib.storage import keys
-from lib.database import open_database
 from lib.storage.schema import table_exists
 from lib.usage.ledger import Ledger
-from tests.deploy_helpers import (ROOT, TEMPLATE, TRANSACTION_ITEM_ACTIONS, _operations, app_dynamodb_actions,
-                                  load_template)
+from tests.deploy_helpers import (
+    ROOT,
+    TEMPLATE,
+    TRANSACTION_ITEM_ACTIONS,
+    _operations,
+    app_dynamodb_actions,
+    load_template,
+)
 
 CFN_LINT = shutil.which("cfn-lint")
 REGION = "eu-west-1"
@@ -43,14 +49,16 @@ def table_statement(template) -> dict:
 
 
 class TestTheTemplate:
-    @pytest.mark.skipif(CFN_LINT is None, reason="cfn-lint is not installed: pip install -r requirements-dev.txt "
-                                                 "(.ci/run does)")
+    @pytest.mark.skipif(
+        CFN_LINT is None, reason="cfn-lint is not installed: pip install -r requirements-dev.txt (.ci/run does)"
+    )
     def test_cfn_lint_finds_nothing(self):
         result = subprocess.run([CFN_LINT, str(TEMPLATE)], capture_output=True, text=True, timeout=300)
         assert (result.returncode, result.stdout + result.stderr) == (0, "")
 
     def test_the_table_is_on_demand_recoverable_protected_encrypted_with_ttl_and_kept_when_the_stack_goes(
-            self, template):
+        self, template
+    ):
         table = resource(template, "ChatTable")
         assert table["BillingMode"] == "PAY_PER_REQUEST"
         assert table["PointInTimeRecoverySpecification"] == {"PointInTimeRecoveryEnabled": True}
@@ -58,8 +66,10 @@ class TestTheTemplate:
         assert table["SSESpecification"] == {"SSEEnabled": True}
         assert table["TimeToLiveSpecification"] == {"AttributeName": "expire_at", "Enabled": True}
         assert [k["AttributeName"] for k in table["KeySchema"]] == ["pk", "sk"]
-        assert (template["Resources"]["ChatTable"]["DeletionPolicy"],
-                template["Resources"]["ChatTable"]["UpdateReplacePolicy"]) == ("Retain", "Retain")
+        assert (
+            template["Resources"]["ChatTable"]["DeletionPolicy"],
+            template["Resources"]["ChatTable"]["UpdateReplacePolicy"],
+        ) == ("Retain", "Retain")
 
     def test_the_https_listener_signs_users_in_before_forwarding(self, template):
         listener = resource(template, "HttpsListener")
@@ -87,23 +97,32 @@ class TestTheTemplate:
 
     def test_only_the_load_balancer_reaches_the_tasks(self, template):
         ingress = resource(template, "AppSecurityGroup")["SecurityGroupIngress"]
-        assert [(r["FromPort"], r["SourceSecurityGroupId"]) for r in ingress] == \
-            [(8501, {"Ref": "LoadBalancerSecurityGroup"})]
+        assert [(r["FromPort"], r["SourceSecurityGroupId"]) for r in ingress] == [
+            (8501, {"Ref": "LoadBalancerSecurityGroup"})
+        ]
         assert all("CidrIp" not in r for r in ingress)
 
     def test_the_tasks_configuration_passes_the_apps_own_checks(self, template):
         container = resource(template, "TaskDefinition")["ContainerDefinitions"][0]
         env = {e["Name"]: e["Value"] for e in container["Environment"]}
-        assert (env["CHAT_BACKEND"], env["CHAT_IDENTITY"], env["CHAT_ALB_ARN"]) == \
-            ("aws", "alb", {"Ref": "LoadBalancer"})
+        assert (env["CHAT_BACKEND"], env["CHAT_IDENTITY"], env["CHAT_ALB_ARN"]) == (
+            "aws",
+            "alb",
+            {"Ref": "LoadBalancer"},
+        )
         secrets = container["Secrets"]["Fn::If"]
         for branch in secrets[1:]:
             assert {"Name": "CHAT_CURSOR_SECRET", "ValueFrom": {"Ref": "CursorSecret"}} in branch
         # What the tasks get once CloudFormation fills in the references:
-        resolved = {"CHAT_TABLE": "chat", "CHAT_REGION": REGION, "CHAT_MODEL_PROVIDER": "bedrock",
-                    "CHAT_MODEL": "claude-sonnet-4-6", "CHAT_BEDROCK_MODEL": "eu.anthropic.claude-sonnet-4-6-v1:0",
-                    "CHAT_ALB_ARN": f"arn:aws:elasticloadbalancing:{REGION}:123456789012:loadbalancer/app/chat/1",
-                    "CHAT_CURSOR_SECRET": "from-secrets-manager"}
+        resolved = {
+            "CHAT_TABLE": "chat",
+            "CHAT_REGION": REGION,
+            "CHAT_MODEL_PROVIDER": "bedrock",
+            "CHAT_MODEL": "claude-sonnet-4-6",
+            "CHAT_BEDROCK_MODEL": "eu.anthropic.claude-sonnet-4-6-v1:0",
+            "CHAT_ALB_ARN": f"arn:aws:elasticloadbalancing:{REGION}:123456789012:loadbalancer/app/chat/1",
+            "CHAT_CURSOR_SECRET": "from-secrets-manager",
+        }
         settings = Settings.load(env={**{k: v for k, v in env.items() if isinstance(v, str)}, **resolved}, secrets={})
         assert (settings.backend, settings.identity, settings.table) == ("aws", "alb", "chat")
 
@@ -112,11 +131,13 @@ class TestTheTemplate:
         assert statement["Action"] == "secretsmanager:GetSecretValue"
         condition, with_anthropic, without = statement["Resource"]["Fn::If"]
         assert condition == "UseAnthropic" and without == [{"Ref": "CursorSecret"}]
-        assert with_anthropic[0] == {"Ref": "CursorSecret"} and "${AnthropicApiKeySecretName}-??????" in \
-            with_anthropic[1]["Fn::Sub"]
+        assert (
+            with_anthropic[0] == {"Ref": "CursorSecret"}
+            and "${AnthropicApiKeySecretName}-??????" in with_anthropic[1]["Fn::Sub"]
+        )
 
     def test_a_template_parameter_never_carries_a_secret_value(self, template):
-        for name, parameter in template["Parameters"].items():
+        for name in template["Parameters"]:
             if "Secret" in name:
                 assert name.endswith(("SecretArn", "SecretName")), name
 
@@ -131,8 +152,10 @@ class TestTheTaskRole:
         assert not unused, f"the task role allows these, no code of the app uses them: {sorted(unused)}"
 
     def test_the_dynamodb_statement_names_only_the_table_and_its_indexes(self, template):
-        assert table_statement(template)["Resource"] == [{"Fn::GetAtt": ["ChatTable", "Arn"]},
-                                                         {"Fn::Sub": "${ChatTable.Arn}/index/*"}]
+        assert table_statement(template)["Resource"] == [
+            {"Fn::GetAtt": ["ChatTable", "Arn"]},
+            {"Fn::Sub": "${ChatTable.Arn}/index/*"},
+        ]
 
     def test_bedrock_is_allowed_only_with_bedrock_and_only_for_the_configured_models(self, template):
         policy = resource(template, "TaskRole")["Policies"][0]["PolicyDocument"]
@@ -151,10 +174,19 @@ class TestTheTaskRole:
             "    client.update_item(Key=1)\n"
             "    read(self._client.describe_table)\n"
             "    self._call('transact_write_items', TransactItems=[{'Put': {}}, {'Delete': {}}])\n"
-            "    if kind == 'Update': pass\n"            # a comparison, not a transaction item
-            "    text = 'client.scan(TableName=1)'\n")   # a string, not a call
-        assert _operations(code, client_methods) == {"Query", "BatchGetItem", "GetItem", "UpdateItem",
-                                                     "DescribeTable", "TransactWriteItems", "item:Put", "item:Delete"}
+            "    if kind == 'Update': pass\n"  # a comparison, not a transaction item
+            "    text = 'client.scan(TableName=1)'\n"
+        )  # a string, not a call
+        assert _operations(code, client_methods) == {
+            "Query",
+            "BatchGetItem",
+            "GetItem",
+            "UpdateItem",
+            "DescribeTable",
+            "TransactWriteItems",
+            "item:Put",
+            "item:Delete",
+        }
 
 
 def free_port() -> int:
@@ -168,8 +200,9 @@ def moto_server():
     """Stock moto in its own process (its CloudFormation, IAM and DynamoDB), so nothing is shared with the
     embedded server the other tests use."""
     port = free_port()
-    process = subprocess.Popen([sys.executable, "-m", "moto.server", "-p", str(port)], stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-p", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     deadline = time.monotonic() + 60
     while True:
         try:
@@ -185,8 +218,9 @@ def moto_server():
 
 def moto_client(service: str, url: str):
     """A client of the moto server (explicit fake credentials: module fixtures run before the per-test environment)."""
-    return boto3.client(service, region_name=REGION, endpoint_url=url, aws_access_key_id="testing",
-                        aws_secret_access_key="testing")
+    return boto3.client(
+        service, region_name=REGION, endpoint_url=url, aws_access_key_id="testing", aws_secret_access_key="testing"
+    )
 
 
 # The parts of the template moto's CloudFormation can create (moto has no ALB authenticate action or Fargate).
@@ -200,18 +234,24 @@ def _refs(value) -> set[str]:
 
 @pytest.fixture(scope="module")
 def stack(moto_server, template):
-    part = {"AWSTemplateFormatVersion": "2010-09-09", "Conditions": template["Conditions"],
-            "Resources": {name: template["Resources"][name] for name in MOTO_PARTS}}
+    part = {
+        "AWSTemplateFormatVersion": "2010-09-09",
+        "Conditions": template["Conditions"],
+        "Resources": {name: template["Resources"][name] for name in MOTO_PARTS},
+    }
     part["Parameters"] = {k: v for k, v in template["Parameters"].items() if k in _refs(part)}
     cloudformation = moto_client("cloudformation", moto_server)
-    cloudformation.create_stack(StackName="chat", TemplateBody=json.dumps(part), Capabilities=["CAPABILITY_IAM"],
-                                Parameters=[
-                                    {"ParameterKey": "TableName", "ParameterValue": "chat-from-stack"},
-                                    {"ParameterKey": "ModelProvider", "ParameterValue": "bedrock"},
-                                    {"ParameterKey": "BedrockModelId",
-                                     "ParameterValue": "eu.anthropic.claude-sonnet-4-6-v1:0"},
-                                    {"ParameterKey": "BedrockFoundationModelId",
-                                     "ParameterValue": "anthropic.claude-sonnet-4-6-v1:0"}])
+    cloudformation.create_stack(
+        StackName="chat",
+        TemplateBody=json.dumps(part),
+        Capabilities=["CAPABILITY_IAM"],
+        Parameters=[
+            {"ParameterKey": "TableName", "ParameterValue": "chat-from-stack"},
+            {"ParameterKey": "ModelProvider", "ParameterValue": "bedrock"},
+            {"ParameterKey": "BedrockModelId", "ParameterValue": "eu.anthropic.claude-sonnet-4-6-v1:0"},
+            {"ParameterKey": "BedrockFoundationModelId", "ParameterValue": "anthropic.claude-sonnet-4-6-v1:0"},
+        ],
+    )
     described = cloudformation.describe_stacks(StackName="chat")["Stacks"][0]
     assert described["StackStatus"] == "CREATE_COMPLETE", described.get("StackStatusReason")
     resources = cloudformation.describe_stack_resources(StackName="chat")["StackResources"]
@@ -243,11 +283,20 @@ class TestInMotosCloudFormation:
         assert statements[0]["Resource"] == [table_arn, f"{table_arn}/index/*"]
         assert statements[1]["Resource"] == [
             f"arn:aws:bedrock:{REGION}:123456789012:inference-profile/eu.anthropic.claude-sonnet-4-6-v1:0",
-            "arn:aws:bedrock:*::foundation-model/anthropic.claude-sonnet-4-6-v1:0"]
+            "arn:aws:bedrock:*::foundation-model/anthropic.claude-sonnet-4-6-v1:0",
+        ]
 
     def test_the_store_runs_on_the_stacks_table_using_only_actions_the_task_role_allows(self, moto_server, stack):
-        settings = Settings.load(env={"CHAT_BACKEND": "aws", "CHAT_TABLE": stack["ChatTable"], "CHAT_REGION": REGION,
-                                      "CHAT_DYNAMODB_ENDPOINT": moto_server}, secrets={}, for_operator=True)
+        settings = Settings.load(
+            env={
+                "CHAT_BACKEND": "aws",
+                "CHAT_TABLE": stack["ChatTable"],
+                "CHAT_REGION": REGION,
+                "CHAT_DYNAMODB_ENDPOINT": moto_server,
+            },
+            secrets={},
+            for_operator=True,
+        )
         database = open_database(settings)
         used: set[str] = set()
 
@@ -262,8 +311,15 @@ class TestInMotosCloudFormation:
         ledger = Ledger(database.client, database.table, database.meter, flush_interval_s=300)
         user = "alice@example.com"
         session, first = store.create_session(user, "How do I deploy this?", system_prompt_id="default-v1")
-        store.finish_message(user, first, output_body="With the template.", input_token=5, output_token=4,
-                             response_start_time=keys.now(), response_end_time=keys.now())
+        store.finish_message(
+            user,
+            first,
+            output_body="With the template.",
+            input_token=5,
+            output_token=4,
+            response_start_time=keys.now(),
+            response_end_time=keys.now(),
+        )
         session = store.get_session(user, session.session_id)
         session, second = store.send_message(user, session, "And the index?", system_prompt_id="default-v1")
         store.fail_message(user, second, output_body="", error="model unavailable")

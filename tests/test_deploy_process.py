@@ -1,5 +1,6 @@
 """The app as a process, the way a laptop or the container runs it: the README's command serves this machine
 only, and SIGTERM (what ECS sends before it stops a task) flushes the usage ledger before the process exits."""
+
 from __future__ import annotations
 
 import json
@@ -30,8 +31,9 @@ print(json.dumps([b.counters for b in buckets]))
 
 def stored_usage(data_dir) -> list[dict]:
     """The dev user's usage buckets of today as stored, read by a separate process from the app's data folder."""
-    result = subprocess.run([sys.executable, "-c", READ_LEDGER, str(data_dir)], cwd=ROOT, capture_output=True,
-                            text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-c", READ_LEDGER, str(data_dir)], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     return json.loads(result.stdout.strip().splitlines()[-1])
 
@@ -61,8 +63,11 @@ def one_turn(url: str) -> None:
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (.ci/run installs it)")
-@pytest.mark.parametrize("stop, flushed", [(signal.SIGTERM, True), (signal.SIGKILL, False)],
-                         ids=["SIGTERM flushes", "SIGKILL loses the unflushed interval"])
+@pytest.mark.parametrize(
+    "stop, flushed",
+    [(signal.SIGTERM, True), (signal.SIGKILL, False)],
+    ids=["SIGTERM flushes", "SIGKILL loses the unflushed interval"],
+)
 def test_stopping_the_app_after_a_turn(tmp_path, stop, flushed):
     # An hour between flushes: only the stop itself can have written the turn's usage.
     app = start_app(tmp_path, {"CHAT_LEDGER_FLUSH_S": "3600", "CHAT_DEMO_DELAY": "0"})

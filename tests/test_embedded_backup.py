@@ -1,4 +1,5 @@
 """`python -m lib.admin backup / restore / export-table / import-table`: data out and back, nothing lost or doubled."""
+
 from __future__ import annotations
 
 import json
@@ -56,12 +57,13 @@ class TestBackupAndRestore:
             restored.stop()
 
     def test_a_damaged_database_comes_back_from_its_backup_with_force_and_the_damaged_file_is_kept(
-            self, env, tmp_path, capsys):
+        self, env, tmp_path, capsys
+    ):
         filled(env).stop()
         assert run("backup", "--out", str(tmp_path / "b.sqlite3"), capsys=capsys)[0] == 0
         db = env / "chat.sqlite3"
         data = bytearray(db.read_bytes())
-        data[2 * 4096:4 * 4096] = os.urandom(2 * 4096)
+        data[2 * 4096 : 4 * 4096] = os.urandom(2 * 4096)
         db.write_bytes(bytes(data))
         status, out = run("restore", str(tmp_path / "b.sqlite3"), capsys=capsys)
         assert status == 2 and out.startswith(f"{env}/ already holds a database") and "--force" in out

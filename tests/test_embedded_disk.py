@@ -1,4 +1,5 @@
 """The embedded server's SQLite disk: lazy partitions, letting go, Scan and counts from disk, and never half-started."""
+
 from __future__ import annotations
 
 import contextlib
@@ -13,10 +14,10 @@ import pytest
 from botocore.exceptions import ClientError
 
 from lib.config import Settings
+from lib.database import _local_servers, local_client, open_database
 from lib.embedded import partitions
 from lib.embedded.server import LocalDynamo, moto_backend
 from lib.errors import ConfigError, StoreUnavailable
-from lib.database import _local_servers, local_client, open_database
 from lib.storage.schema import create_table
 from lib.storage.store import to_item
 
@@ -54,8 +55,9 @@ class Folder:
         self.client.put_item(TableName=self.table, Item=to_item({"pk": pk, "sk": sk, **values}))
 
     def get(self, pk: str, sk: str) -> dict | None:
-        return self.client.get_item(TableName=self.table, Key=to_item({"pk": pk, "sk": sk}),
-                                    ConsistentRead=True).get("Item")
+        return self.client.get_item(TableName=self.table, Key=to_item({"pk": pk, "sk": sk}), ConsistentRead=True).get(
+            "Item"
+        )
 
     def everything(self) -> dict[tuple[str, str], dict]:
         """Every item, by a paged Scan."""
@@ -82,8 +84,13 @@ def folder(tmp_path, no_backoff_sleep) -> Iterator[Folder]:
 def tmpfs(path: Path, size: str) -> Iterator[Path]:
     """A real small filesystem (root and a kernel that allows it), else the test is skipped."""
     path.mkdir(parents=True, exist_ok=True)
-    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
-                                           capture_output=True).returncode != 0:
+    if (
+        os.geteuid() != 0
+        or subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True
+        ).returncode
+        != 0
+    ):
         pytest.skip("cannot mount a tmpfs here (needs root)")
     try:
         yield path
@@ -98,9 +105,14 @@ class TestLazyPartitions:
                 folder.put(f"USER#{user}", f"SES#{i}")
         folder.restart()
         assert dict.__len__(folder.moto_table.items) == 0
-        page = folder.client.query(TableName=folder.table, KeyConditionExpression="pk = :pk",
-                                   ExpressionAttributeValues=to_item({":pk": "USER#b"}), ScanIndexForward=False,
-                                   Limit=3, ConsistentRead=True)
+        page = folder.client.query(
+            TableName=folder.table,
+            KeyConditionExpression="pk = :pk",
+            ExpressionAttributeValues=to_item({":pk": "USER#b"}),
+            ScanIndexForward=False,
+            Limit=3,
+            ConsistentRead=True,
+        )
         assert [i["sk"]["S"] for i in page["Items"]] == ["SES#4", "SES#3", "SES#2"]
         loaded = dict(dict.items(folder.moto_table.items))
         assert [k.value for k in loaded] == ["USER#b"] and len(next(iter(loaded.values()))) == 5
@@ -196,7 +208,7 @@ class TestNeverHalfStarted:
         db = folder.path / "chat.sqlite3"
         data = bytearray(db.read_bytes())
         assert len(data) > 8 * 4096
-        data[3 * 4096:6 * 4096] = os.urandom(3 * 4096)  # three pages of the items b-tree
+        data[3 * 4096 : 6 * 4096] = os.urandom(3 * 4096)  # three pages of the items b-tree
         db.write_bytes(bytes(data))
         settings = Settings.load(env={"CHAT_DATA_DIR": str(folder.path)}, secrets={})
         for _ in range(2):  # the next page load sees the same sentence, never an empty sidebar
@@ -230,16 +242,20 @@ class TestWritesThatFail:
     def test_a_write_moto_refuses_half_way_is_undone_from_disk(self, folder):
         folder.put("p", "m", m={"a": "x"})
         with pytest.raises(ClientError, match="maximum allowed size"):
-            folder.client.update_item(TableName=folder.table, Key=to_item({"pk": "p", "sk": "m"}),
-                                      UpdateExpression="SET m.b = :b, c = :c",
-                                      ExpressionAttributeValues=to_item({":b": "y" * 300_000, ":c": "z" * 300_000}))
+            folder.client.update_item(
+                TableName=folder.table,
+                Key=to_item({"pk": "p", "sk": "m"}),
+                UpdateExpression="SET m.b = :b, c = :c",
+                ExpressionAttributeValues=to_item({":b": "y" * 300_000, ":c": "z" * 300_000}),
+            )
         assert folder.get("p", "m") == to_item({"pk": "p", "sk": "m", "m": {"a": "x"}})
 
 
 class TestEveryPage:
     @pytest.mark.parametrize("page", ["app.py", "pages/cost.py"])
     def test_a_damaged_database_is_the_same_sentence_on_every_load_never_an_empty_sidebar(
-            self, tmp_path, monkeypatch, page):
+        self, tmp_path, monkeypatch, page
+    ):
         from streamlit.testing.v1 import AppTest
 
         folder = Folder(tmp_path / "data", "chat").start()
@@ -248,7 +264,7 @@ class TestEveryPage:
         folder.stop()
         db = folder.path / "chat.sqlite3"
         data = bytearray(db.read_bytes())
-        data[2 * 4096:5 * 4096] = os.urandom(3 * 4096)
+        data[2 * 4096 : 5 * 4096] = os.urandom(3 * 4096)
         db.write_bytes(bytes(data))
         monkeypatch.setenv("CHAT_DATA_DIR", str(folder.path))
         monkeypatch.setenv("CHAT_TABLE", "chat")
@@ -256,15 +272,17 @@ class TestEveryPage:
             at = AppTest.from_file(str(Path(__file__).resolve().parents[1] / page), default_timeout=30).run()
             assert not at.exception
             assert [e.value for e in at.error if "is damaged" in e.value] == [
-                next(e.value for e in at.error if "is damaged" in e.value)]
+                next(e.value for e in at.error if "is damaged" in e.value)
+            ]
             assert f"{db} is damaged" in at.error[0].value and "python -m lib.admin restore" in at.error[0].value
             assert not [b for b in at.sidebar.button if b.key and b.key.startswith("open-")] and not at.chat_input
 
 
 class TestTables:
     def test_table_requests_are_kept_as_sent_and_a_deleted_table_stays_deleted(self, folder):
-        folder.client.update_time_to_live(TableName=folder.table, TimeToLiveSpecification={
-            "Enabled": True, "AttributeName": "expire_at"})
+        folder.client.update_time_to_live(
+            TableName=folder.table, TimeToLiveSpecification={"Enabled": True, "AttributeName": "expire_at"}
+        )
         other = f"{folder.table}-other"
         create_table(folder.client, other, wait=False)
         folder.client.put_item(TableName=other, Item=to_item({"pk": "p", "sk": "s"}))
@@ -288,13 +306,29 @@ class TestCancelledTransactions:
         assert folder.get("USER#a", "SES#1")["v"] == {"N": "1"}
         partition = dict.get(folder.moto_table.items, next(iter(dict.keys(folder.moto_table.items))))
         with pytest.raises(Refused, match="TransactionCanceled"):
-            folder.client.transact_write_items(TransactItems=[
-                {"Update": {"TableName": folder.table, "Key": to_item({"pk": "USER#a", "sk": "SES#1"}),
-                            "UpdateExpression": "SET v = :two", "ExpressionAttributeValues": to_item({":two": 2})}},
-                {"Put": {"TableName": folder.table, "Item": to_item({"pk": "USER#a", "sk": "SES#2"}),
-                         "ConditionExpression": "attribute_not_exists(pk)"}}])
+            folder.client.transact_write_items(
+                TransactItems=[
+                    {
+                        "Update": {
+                            "TableName": folder.table,
+                            "Key": to_item({"pk": "USER#a", "sk": "SES#1"}),
+                            "UpdateExpression": "SET v = :two",
+                            "ExpressionAttributeValues": to_item({":two": 2}),
+                        }
+                    },
+                    {
+                        "Put": {
+                            "TableName": folder.table,
+                            "Item": to_item({"pk": "USER#a", "sk": "SES#2"}),
+                            "ConditionExpression": "attribute_not_exists(pk)",
+                        }
+                    },
+                ]
+            )
         assert next(iter(dict.values(folder.moto_table.items))) is partition  # undone in place, not reloaded
         assert folder.get("USER#a", "SES#1")["v"] == {"N": "1"}
         folder.restart()
-        assert {k: v["v"]["N"] for k, v in folder.everything().items()} == {("USER#a", "SES#1"): "1",
-                                                                            ("USER#a", "SES#2"): "1"}
+        assert {k: v["v"]["N"] for k, v in folder.everything().items()} == {
+            ("USER#a", "SES#1"): "1",
+            ("USER#a", "SES#2"): "1",
+        }

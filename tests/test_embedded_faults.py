@@ -1,5 +1,6 @@
 """The fault matrix of the embedded database: after each fault, every acknowledged write is there after a
 restart, and nothing else (a refused write changed nothing, in memory or on disk)."""
+
 from __future__ import annotations
 
 import random
@@ -57,7 +58,8 @@ class _FullDisk:
 
 class TestDiskFull:
     def test_on_a_real_2_mb_filesystem_refused_writes_change_nothing_and_freed_space_is_used(
-            self, tmp_path, no_backoff_sleep):
+        self, tmp_path, no_backoff_sleep
+    ):
         with tmpfs(tmp_path / "mnt", "2m") as mount:
             filler = mount / "filler"
             filler.write_bytes(b"\0" * 512 * 1024)
@@ -135,8 +137,13 @@ class TestKilled:
         data, table, rng = tmp_path / "data", "killed", random.Random(9)
         acked: dict[int, list[int]] = {}
         for round_ in range(20):
-            writer = subprocess.Popen([sys.executable, "-c", WRITER, str(data), table, str(round_)], cwd=ROOT,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            writer = subprocess.Popen(
+                [sys.executable, "-c", WRITER, str(data), table, str(round_)],
+                cwd=ROOT,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
             assert writer.stdout.readline().strip() == "ready", writer.stderr.read()
             time.sleep(rng.uniform(0.02, 0.4))
             writer.kill()  # SIGKILL: no shutdown, no checkpoint
@@ -153,7 +160,7 @@ class TestKilled:
         for round_, ids in acked.items():
             present = sorted(int(sk[2:]) for pk, sk in stored if pk == f"R#{round_}")
             # every acknowledged write; at most the one in flight when killed, if it committed
-            assert present[:len(ids)] == ids == list(range(len(ids)))
+            assert present[: len(ids)] == ids == list(range(len(ids)))
             assert present in (ids, ids + [len(ids)])
             counter = stored.get(("COUNTER", f"R#{round_}"))
             assert (int(counter["n"]["N"]) if counter else -1) == (present[-1] if present else -1)  # atomic
@@ -163,7 +170,8 @@ class TestKilled:
 
 class TestReadOnly:
     def test_a_folder_turned_read_only_while_running_refuses_writes_with_a_sentence_then_recovers(
-            self, tmp_path, no_backoff_sleep):
+        self, tmp_path, no_backoff_sleep
+    ):
         # A mounted filesystem cannot be remounted read-only under open files, so SQLite's refusal is injected.
         folder = Folder(tmp_path / "data").start()
         try:
@@ -172,8 +180,9 @@ class TestReadOnly:
             disk._db = _FullDisk(disk._db)
             disk._db.refusal = sqlite3.OperationalError("attempt to write a readonly database")
             disk._db.full = True
-            with pytest.raises(ClientError, match=f"InternalServerError.*{folder.path}/ is read-only: make it "
-                                                  "writable"):
+            with pytest.raises(
+                ClientError, match=f"InternalServerError.*{folder.path}/ is read-only: make it writable"
+            ):
                 folder.put("P", "refused")
             assert folder.get("P", "refused") is None
             assert folder.get("P", "before") is not None  # reads go on
@@ -215,7 +224,9 @@ class TestTornWal:
             folder.put("P", "torn", body="t" * 3000)  # the machine dies while this commit's frames are written
             frames = wal.read_bytes()
             assert len(frames) > acknowledged_wal
-            (crashed / "chat.sqlite3-wal").write_bytes(frames[:acknowledged_wal + (len(frames) - acknowledged_wal) // 2])
+            (crashed / "chat.sqlite3-wal").write_bytes(
+                frames[: acknowledged_wal + (len(frames) - acknowledged_wal) // 2]
+            )
         finally:
             folder.stop()
         after = Folder(crashed, folder.table).start()
@@ -245,8 +256,14 @@ HOLDER = textwrap.dedent("""
 class TestTwoProcesses:
     def test_a_second_process_on_the_folder_is_refused_and_the_first_ones_writes_are_kept(self, tmp_path):
         data = tmp_path / "data"
-        holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(data), "held"], cwd=ROOT, stdin=subprocess.PIPE,
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        holder = subprocess.Popen(
+            [sys.executable, "-c", HOLDER, str(data), "held"],
+            cwd=ROOT,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         try:
             assert holder.stdout.readline().strip() == "ready", holder.stderr.read()
             with pytest.raises(StoreUnavailable, match=f"{data}/ is in use by another process"):

@@ -1,4 +1,5 @@
 """The old journal (`snapshot.jsonl` + `journal.jsonl`) is imported once, strictly, and kept renamed."""
+
 from __future__ import annotations
 
 import json
@@ -7,17 +8,30 @@ from pathlib import Path
 import pytest
 
 from lib.config import Settings
+from lib.database import open_database, stop_local_server
 from lib.embedded.disk import Disk
 from lib.embedded.migrate import import_journal
 from lib.errors import StoreUnavailable
-from lib.database import open_database, stop_local_server
 
 
 def line(*writes: tuple[str, str, str, dict | None]) -> str:
     """One request as the old server appended it: {"w": [[table, key, final image or null], ...]}."""
-    return json.dumps({"w": [[table, {"pk": {"S": pk}, "sk": {"S": sk}},
-                              None if image is None else {"pk": {"S": pk}, "sk": {"S": sk}, **image}]
-                             for table, pk, sk, image in writes]}, ensure_ascii=False) + "\n"
+    return (
+        json.dumps(
+            {
+                "w": [
+                    [
+                        table,
+                        {"pk": {"S": pk}, "sk": {"S": sk}},
+                        None if image is None else {"pk": {"S": pk}, "sk": {"S": sk}, **image},
+                    ]
+                    for table, pk, sk, image in writes
+                ]
+            },
+            ensure_ascii=False,
+        )
+        + "\n"
+    )
 
 
 @pytest.fixture
@@ -26,13 +40,19 @@ def old_folder(tmp_path) -> Path:
     folder = tmp_path / "data"
     folder.mkdir()
     (folder / "snapshot.jsonl").write_text(
-        line(("chat", "USER#u-1", "SES#1", {"title": {"S": "première"}})) +
-        line(("chat", "USER#u-1", "SES#2", {"title": {"S": "gone"}})), encoding="utf-8")
+        line(("chat", "USER#u-1", "SES#1", {"title": {"S": "première"}}))
+        + line(("chat", "USER#u-1", "SES#2", {"title": {"S": "gone"}})),
+        encoding="utf-8",
+    )
     (folder / "journal.jsonl").write_text(
-        line(("chat", "USER#u-1", "SES#2", None)) +
-        line(("chat", "USER#u-1", "SES#3", {"title": {"S": "later"}}), ("chat", "USER#u-1#SES#3", "SES#META",
-                                                                        {"message_count": {"N": "1"}})) +
-        line(("chat", "USER#u-1", "SES#1", {"title": {"S": "renamed"}})), encoding="utf-8")
+        line(("chat", "USER#u-1", "SES#2", None))
+        + line(
+            ("chat", "USER#u-1", "SES#3", {"title": {"S": "later"}}),
+            ("chat", "USER#u-1#SES#3", "SES#META", {"message_count": {"N": "1"}}),
+        )
+        + line(("chat", "USER#u-1", "SES#1", {"title": {"S": "renamed"}})),
+        encoding="utf-8",
+    )
     return folder
 
 
@@ -49,13 +69,15 @@ class TestImport:
     def test_the_last_image_of_every_item_is_imported_and_the_old_files_are_kept_renamed(self, old_folder):
         assert titles(old_folder) == {"SES#1": "renamed", "SES#3": "later", "SES#META": "1"}
         assert sorted(p.name for p in old_folder.iterdir() if "jsonl" in p.name) == [
-            "journal.jsonl.imported", "snapshot.jsonl.imported"]
+            "journal.jsonl.imported",
+            "snapshot.jsonl.imported",
+        ]
         assert titles(old_folder) == {"SES#1": "renamed", "SES#3": "later", "SES#META": "1"}  # once only
 
     def test_a_torn_last_journal_line_was_never_acknowledged_and_is_left_out(self, old_folder):
         journal = old_folder / "journal.jsonl"
         torn = line(("chat", "USER#u-1", "SES#9", {"title": {"S": "né"}})).encode("utf-8")
-        journal.write_bytes(journal.read_bytes() + torn[:torn.index("é".encode()) + 1])  # inside a 2-byte character
+        journal.write_bytes(journal.read_bytes() + torn[: torn.index("é".encode()) + 1])  # inside a 2-byte character
         assert titles(old_folder) == {"SES#1": "renamed", "SES#3": "later", "SES#META": "1"}
 
     def test_an_import_interrupted_before_the_rename_finishes_without_importing_twice(self, old_folder):
@@ -71,20 +93,26 @@ class TestImport:
 
 
 class TestStrict:
-    @pytest.mark.parametrize("bad, why", [
-        (b'{"w": [["chat", {"pk": {"S": "x"}}\n', "JSONDecodeError"),
-        (b'{"w": [["chat", {"pk": {"S": "\xff\xfe"}}, null]]}\n', "UnicodeDecodeError"),
-        (b'{"x": 1}\n', "KeyError"),
-        (b'{"w": [["chat", "not a key", null]]}\n', "TypeError"),
-    ])
+    @pytest.mark.parametrize(
+        "bad, why",
+        [
+            (b'{"w": [["chat", {"pk": {"S": "x"}}\n', "JSONDecodeError"),
+            (b'{"w": [["chat", {"pk": {"S": "\xff\xfe"}}, null]]}\n', "UnicodeDecodeError"),
+            (b'{"x": 1}\n', "KeyError"),
+            (b'{"w": [["chat", "not a key", null]]}\n', "TypeError"),
+        ],
+    )
     def test_a_bad_middle_line_stops_the_import_with_its_number_and_imports_nothing(self, old_folder, bad, why):
         journal = old_folder / "journal.jsonl"
         lines = journal.read_bytes().splitlines(keepends=True)
         journal.write_bytes(lines[0] + bad + b"".join(lines[1:]))
         before = {p.name: p.read_bytes() for p in old_folder.iterdir()}
         settings = Settings.load(env={"CHAT_DATA_DIR": str(old_folder)}, secrets={})
-        with pytest.raises(StoreUnavailable, match=rf"Line 2 of {journal} cannot be read \({why}.*nothing was.*"
-                                                   r"fix or delete that line"):
+        with pytest.raises(
+            StoreUnavailable,
+            match=rf"Line 2 of {journal} cannot be read \({why}.*nothing was.*"
+            r"fix or delete that line",
+        ):
             open_database(settings)
         after = {p.name: p.read_bytes() for p in old_folder.iterdir() if p.name in before}
         assert after == before  # the old files are unchanged
@@ -141,21 +169,34 @@ class TestFromTheRealJournal:
         package.mkdir(parents=True)
         (package / "__init__.py").write_text("")
         for name in ("server.py", "moto_patches.py"):
-            shown = subprocess.run(["git", "show", f"937fb9b:lib/embedded/{name}"], cwd=root, capture_output=True,
-                                   text=True)
+            shown = subprocess.run(
+                ["git", "show", f"937fb9b:lib/embedded/{name}"], cwd=root, capture_output=True, text=True
+            )
             if shown.returncode != 0:
                 pytest.skip("commit 937fb9b is not in this clone's history")
-            (package / name).write_text(shown.stdout.replace("from lib.embedded import moto_patches",
-                                                             "from old_embedded import moto_patches"))
+            (package / name).write_text(
+                shown.stdout.replace("from lib.embedded import moto_patches", "from old_embedded import moto_patches")
+            )
         folder = tmp_path / "data"
-        subprocess.run([sys.executable, "-c", OLD_WRITER, str(tmp_path / "old"), str(folder)], cwd=root, check=True,
-                       capture_output=True, timeout=120)
+        subprocess.run(
+            [sys.executable, "-c", OLD_WRITER, str(tmp_path / "old"), str(folder)],
+            cwd=root,
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
         database = open_database(Settings.load(env={"CHAT_DATA_DIR": str(folder)}, secrets={}))
         try:
             store = database.store()
             assert [s.title for s in store.list_sessions("u-1").items] == [
-                "renamed", "question 2 é👋", "question 1 é👋", "question 0 é👋"]
-            assert [(m.input_body, m.output_body) for m in store.all_messages(
-                "u-1", store.list_sessions("u-1").items[0].session_id)] == [("question 3 é👋", "answer")]
+                "renamed",
+                "question 2 é👋",
+                "question 1 é👋",
+                "question 0 é👋",
+            ]
+            assert [
+                (m.input_body, m.output_body)
+                for m in store.all_messages("u-1", store.list_sessions("u-1").items[0].session_id)
+            ] == [("question 3 é👋", "answer")]
         finally:
             stop_local_server(str(folder))

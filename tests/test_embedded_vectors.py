@@ -1,5 +1,6 @@
-"""The embedded DynamoDB's vector indexes (seed 004): definitions, SearchVectors answered exactly, (de)indexing by
+"""The embedded DynamoDB's vector indexes: definitions, SearchVectors answered exactly, (de)indexing by
 every write operation, DynamoDB's validation errors, and the vectors kept on disk with their items."""
+
 from __future__ import annotations
 
 import math
@@ -10,8 +11,8 @@ import numpy as np
 import pytest
 from botocore.exceptions import ClientError
 
-from lib.embedded.server import LocalDynamo
 from lib.database import local_client
+from lib.embedded.server import LocalDynamo
 from lib.storage.schema import add_vector_index, create_table, vector_index_description
 
 DIMS = 4
@@ -22,8 +23,14 @@ def vec(*values: float) -> dict:
 
 
 def item(user: str, sk: str, vector: tuple | None, kind: str = "turn", **extra: Any) -> dict:
-    out = {"pk": {"S": f"USER#{user}"}, "sk": {"S": sk}, "user_id": {"S": user}, "kind": {"S": kind},
-           "text": {"S": f"text of {sk}"}, **{k: {"S": v} for k, v in extra.items()}}
+    out = {
+        "pk": {"S": f"USER#{user}"},
+        "sk": {"S": sk},
+        "user_id": {"S": user},
+        "kind": {"S": kind},
+        "text": {"S": f"text of {sk}"},
+        **{k: {"S": v} for k, v in extra.items()},
+    }
     if vector is not None:
         out["embedding"] = vec(*vector)
     return out
@@ -31,9 +38,15 @@ def item(user: str, sk: str, vector: tuple | None, kind: str = "turn", **extra: 
 
 def search(client: Any, table: str, user: str, query: tuple, top_k: int = 10, **params: Any) -> dict:
     values = {":u": {"S": user}, **params.pop("values", {})}
-    return client.search_vectors(TableName=table, IndexName="vectors", SearchVector=vec(*query)["L"], TopK=top_k,
-                                 SearchConditionExpression=params.pop("condition", "user_id = :u"),
-                                 ExpressionAttributeValues=values, **params)
+    return client.search_vectors(
+        TableName=table,
+        IndexName="vectors",
+        SearchVector=vec(*query)["L"],
+        TopK=top_k,
+        SearchConditionExpression=params.pop("condition", "user_id = :u"),
+        ExpressionAttributeValues=values,
+        **params,
+    )
 
 
 def sks(answer: dict) -> list[str]:
@@ -54,8 +67,10 @@ def test_describe_table_shows_the_index_active_and_not_backfilling(vtable):
     index = vector_index_description(client, table)
     assert index["IndexStatus"] == "ACTIVE" and index["Backfilling"] is False
     assert index["Dimensions"] == DIMS and index["DistanceFunction"] == "COSINE"
-    assert index["SearchSchema"] == [{"AttributeName": "user_id", "SearchSchemaElementType": "HASH"},
-                                     {"AttributeName": "kind", "SearchSchemaElementType": "INLINE_FILTER"}]
+    assert index["SearchSchema"] == [
+        {"AttributeName": "user_id", "SearchSchemaElementType": "HASH"},
+        {"AttributeName": "kind", "SearchSchemaElementType": "INLINE_FILTER"},
+    ]
 
 
 def test_cosine_scores_and_order_are_exact_and_scoped_to_one_user(vtable):
@@ -77,8 +92,9 @@ def test_the_vector_is_returned_only_when_projected(vtable):
     client.put_item(TableName=table, Item=item("a", "VEC#1", (0.5, 0.25, 0, 1)))
     plain = search(client, table, "a", (1, 0, 0, 0))["SearchResults"][0]["Item"]
     assert "embedding" not in plain and plain["text"] == {"S": "text of VEC#1"}
-    projected = search(client, table, "a", (1, 0, 0, 0), ProjectionExpression="sk, #e",
-                       ExpressionAttributeNames={"#e": "embedding"})["SearchResults"][0]["Item"]
+    projected = search(
+        client, table, "a", (1, 0, 0, 0), ProjectionExpression="sk, #e", ExpressionAttributeNames={"#e": "embedding"}
+    )["SearchResults"][0]["Item"]
     assert set(projected) == {"sk", "embedding"}
     assert [float(n["N"]) for n in projected["embedding"]["L"]] == [0.5, 0.25, 0.0, 1.0]
 
@@ -88,28 +104,52 @@ def test_inline_filter_equality_and_top_k(vtable):
     for i in range(5):
         client.put_item(TableName=table, Item=item("a", f"VEC#{i}", (1, i, 0, 0), kind="turn"))
     client.put_item(TableName=table, Item=item("a", "MEM#1", (1, 0, 0, 0), kind="memory"))
-    answer = search(client, table, "a", (1, 0, 0, 0), top_k=2, condition="user_id = :u AND #k = :k",
-                    ExpressionAttributeNames={"#k": "kind"}, values={":k": {"S": "memory"}})
+    answer = search(
+        client,
+        table,
+        "a",
+        (1, 0, 0, 0),
+        top_k=2,
+        condition="user_id = :u AND #k = :k",
+        ExpressionAttributeNames={"#k": "kind"},
+        values={":k": {"S": "memory"}},
+    )
     assert sks(answer) == ["MEM#1"]
-    assert sks(search(client, table, "a", (1, 0, 0, 0), top_k=2, condition="user_id = :u AND kind = :k",
-                      values={":k": {"S": "turn"}})) == ["VEC#0", "VEC#1"]
+    assert sks(
+        search(
+            client,
+            table,
+            "a",
+            (1, 0, 0, 0),
+            top_k=2,
+            condition="user_id = :u AND kind = :k",
+            values={":k": {"S": "turn"}},
+        )
+    ) == ["VEC#0", "VEC#1"]
 
 
 def test_every_write_operation_indexes_and_deindexes(vtable):
     client, table = vtable
-    client.batch_write_item(RequestItems={table: [{"PutRequest": {"Item": item("a", f"VEC#b{i}", (1, i + 1, 0, 0))}}
-                                                  for i in range(3)]})
+    client.batch_write_item(
+        RequestItems={table: [{"PutRequest": {"Item": item("a", f"VEC#b{i}", (1, i + 1, 0, 0))}} for i in range(3)]}
+    )
     client.transact_write_items(TransactItems=[{"Put": {"TableName": table, "Item": item("a", "VEC#t", (0, 0, 1, 0))}}])
     assert sorted(sks(search(client, table, "a", (1, 0, 0, 0)))) == ["VEC#b0", "VEC#b1", "VEC#b2", "VEC#t"]
     # An UpdateItem that changes the vector re-indexes it; one that removes it de-indexes the item.
-    client.update_item(TableName=table, Key={"pk": {"S": "USER#a"}, "sk": {"S": "VEC#t"}},
-                       UpdateExpression="SET embedding = :e", ExpressionAttributeValues={":e": vec(1, 0, 0, 0)})
+    client.update_item(
+        TableName=table,
+        Key={"pk": {"S": "USER#a"}, "sk": {"S": "VEC#t"}},
+        UpdateExpression="SET embedding = :e",
+        ExpressionAttributeValues={":e": vec(1, 0, 0, 0)},
+    )
     assert sks(search(client, table, "a", (1, 0, 0, 0), top_k=1)) == ["VEC#t"]
-    client.update_item(TableName=table, Key={"pk": {"S": "USER#a"}, "sk": {"S": "VEC#b1"}},
-                       UpdateExpression="REMOVE embedding")
+    client.update_item(
+        TableName=table, Key={"pk": {"S": "USER#a"}, "sk": {"S": "VEC#b1"}}, UpdateExpression="REMOVE embedding"
+    )
     client.delete_item(TableName=table, Key={"pk": {"S": "USER#a"}, "sk": {"S": "VEC#b2"}})
-    client.batch_write_item(RequestItems={table: [{"DeleteRequest": {"Key": {"pk": {"S": "USER#a"},
-                                                                             "sk": {"S": "VEC#b0"}}}}]})
+    client.batch_write_item(
+        RequestItems={table: [{"DeleteRequest": {"Key": {"pk": {"S": "USER#a"}, "sk": {"S": "VEC#b0"}}}}]}
+    )
     assert sks(search(client, table, "a", (1, 0, 0, 0))) == ["VEC#t"]
 
 
@@ -125,22 +165,42 @@ def test_an_item_without_user_id_is_written_but_never_indexed(vtable):
 def test_euclidean_and_dot_product_follow_botocores_conventions(server):
     client = local_client(server)
     name = f"v-{uuid.uuid4().hex[:10]}"
-    index = {"IndexName": "vectors", "VectorAttribute": {"AttributeName": "embedding"},
-             "SearchSchema": [{"AttributeName": "user_id", "SearchSchemaElementType": "HASH"}],
-             "Projection": {"ProjectionType": "KEYS_ONLY"}, "Dimensions": 2}
-    client.create_table(TableName=name, BillingMode="PAY_PER_REQUEST",
-                        AttributeDefinitions=[{"AttributeName": a, "AttributeType": "S"} for a in ("pk", "sk",
-                                                                                                  "user_id")],
-                        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"},
-                                   {"AttributeName": "sk", "KeyType": "RANGE"}],
-                        VectorIndexes=[{**index, "DistanceFunction": "EUCLIDEAN"},
-                                       {**index, "IndexName": "dots", "DistanceFunction": "DOT_PRODUCT"}])
+    index = {
+        "IndexName": "vectors",
+        "VectorAttribute": {"AttributeName": "embedding"},
+        "SearchSchema": [{"AttributeName": "user_id", "SearchSchemaElementType": "HASH"}],
+        "Projection": {"ProjectionType": "KEYS_ONLY"},
+        "Dimensions": 2,
+    }
+    client.create_table(
+        TableName=name,
+        BillingMode="PAY_PER_REQUEST",
+        AttributeDefinitions=[{"AttributeName": a, "AttributeType": "S"} for a in ("pk", "sk", "user_id")],
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
+        VectorIndexes=[
+            {**index, "DistanceFunction": "EUCLIDEAN"},
+            {**index, "IndexName": "dots", "DistanceFunction": "DOT_PRODUCT"},
+        ],
+    )
     try:
         for sk, v in (("near", (1, 1)), ("far", (4, 5)), ("long", (10, 10))):
-            client.put_item(TableName=name, Item={"pk": {"S": "p"}, "sk": {"S": sk}, "user_id": {"S": "a"},
-                                                  "embedding": vec(*v), "text": {"S": "not projected"}})
-        common = dict(TableName=name, SearchVector=vec(1, 1)["L"], TopK=3, SearchConditionExpression="user_id = :u",
-                      ExpressionAttributeValues={":u": {"S": "a"}})
+            client.put_item(
+                TableName=name,
+                Item={
+                    "pk": {"S": "p"},
+                    "sk": {"S": sk},
+                    "user_id": {"S": "a"},
+                    "embedding": vec(*v),
+                    "text": {"S": "not projected"},
+                },
+            )
+        common = dict(
+            TableName=name,
+            SearchVector=vec(1, 1)["L"],
+            TopK=3,
+            SearchConditionExpression="user_id = :u",
+            ExpressionAttributeValues={":u": {"S": "a"}},
+        )
         euclid = client.search_vectors(IndexName="vectors", **common)["SearchResults"]
         assert [r["Item"]["sk"]["S"] for r in euclid] == ["near", "far", "long"]
         assert [r["Score"] for r in euclid] == pytest.approx([0.0, 5.0, math.sqrt(162)])
@@ -152,13 +212,16 @@ def test_euclidean_and_dot_product_follow_botocores_conventions(server):
         client.delete_table(TableName=name)
 
 
-@pytest.mark.parametrize("params, message", [
-    ({"query": (1, 0)}, "dimensions of SearchVector (2)"),
-    ({"condition": "kind = :k", "values": {":k": {"S": "turn"}}}, "partition attribute"),
-    ({"condition": "user_id <> :u"}, "only = is"),
-    ({"condition": "user_id = :u AND text = :t", "values": {":t": {"S": "x"}}}, "not in the search schema"),
-    ({"top_k": 101}, "TopK must be between 1 and 100"),
-])
+@pytest.mark.parametrize(
+    "params, message",
+    [
+        ({"query": (1, 0)}, "dimensions of SearchVector (2)"),
+        ({"condition": "kind = :k", "values": {":k": {"S": "turn"}}}, "partition attribute"),
+        ({"condition": "user_id <> :u"}, "only = is"),
+        ({"condition": "user_id = :u AND text = :t", "values": {":t": {"S": "x"}}}, "not in the search schema"),
+        ({"top_k": 101}, "TopK must be between 1 and 100"),
+    ],
+)
 def test_validation_errors_as_dynamodb_gives_them(vtable, params, message):
     client, table = vtable
     query = params.pop("query", (1, 0, 0, 0))
@@ -179,8 +242,14 @@ def test_a_put_with_a_vector_of_the_wrong_length_is_refused_and_changes_nothing(
 def test_an_unknown_index_is_not_found(vtable):
     client, table = vtable
     with pytest.raises(ClientError) as caught:
-        client.search_vectors(TableName=table, IndexName="nope", SearchVector=vec(1, 0, 0, 0)["L"], TopK=1,
-                              SearchConditionExpression="user_id = :u", ExpressionAttributeValues={":u": {"S": "a"}})
+        client.search_vectors(
+            TableName=table,
+            IndexName="nope",
+            SearchVector=vec(1, 0, 0, 0)["L"],
+            TopK=1,
+            SearchConditionExpression="user_id = :u",
+            ExpressionAttributeValues={":u": {"S": "a"}},
+        )
     assert caught.value.response["Error"]["Code"] == "ResourceNotFoundException"
 
 
@@ -248,15 +317,17 @@ def test_partitions_beyond_the_cache_bound_reload_from_disk_unchanged(tmp_path, 
         first = {u: sks(search(client, "chat", u, (1, 0, 0, 0))) for u in ("a", "b", "c")}
         held = [k[2] for k in vectors.STATE._cache if k[0] == "chat"]
         assert len(held) < 3  # a, b, c hold 6 vectors: the oldest partitions were let go
-        assert {u: sks(search(client, "chat", u, (1, 0, 0, 0))) for u in ("a", "b", "c")} == first \
+        assert (
+            {u: sks(search(client, "chat", u, (1, 0, 0, 0))) for u in ("a", "b", "c")}
+            == first
             == {u: ["VEC#0", "VEC#1"] for u in ("a", "b", "c")}
+        )
     finally:
         server.stop()
 
 
 @pytest.mark.parametrize("folder", [False, True], ids=["in-memory", "data-folder"])
-def test_searches_between_puts_overwrites_and_deletes_match_a_brute_force_ranking(tmp_path, no_backoff_sleep,
-                                                                                  folder):
+def test_searches_between_puts_overwrites_and_deletes_match_a_brute_force_ranking(tmp_path, no_backoff_sleep, folder):
     """The search matrix and filter columns are updated row by row, not rebuilt per write: after any mix of writes
     (searches in between, so both exist when the writes land) a search equals ranking what the table holds now."""
     from lib.embedded import vectors
@@ -284,16 +355,25 @@ def test_searches_between_puts_overwrites_and_deletes_match_a_brute_force_rankin
                 continue
             query = rng.normal(size=DIMS)
             for kind in (None, "memory"):
-                params = {} if kind is None else {"condition": "user_id = :u AND kind = :k",
-                                                  "values": {":k": {"S": kind}}}
+                params = (
+                    {} if kind is None else {"condition": "user_id = :u AND kind = :k", "values": {":k": {"S": kind}}}
+                )
                 answer = search(client, table, "a", tuple(query), top_k=10, **params)
                 q = query.astype(np.float32).astype(np.float64)
-                expected = sorted((1 - float(v.astype(np.float64) @ q) / (np.linalg.norm(v.astype(np.float64))
-                                                                           * np.linalg.norm(q)), order, s)
-                                  for order, (s, (v, k)) in enumerate(held.items()) if kind in (None, k))[:10]
+                expected = sorted(
+                    (
+                        1
+                        - float(v.astype(np.float64) @ q) / (np.linalg.norm(v.astype(np.float64)) * np.linalg.norm(q)),
+                        order,
+                        s,
+                    )
+                    for order, (s, (v, k)) in enumerate(held.items())
+                    if kind in (None, k)
+                )[:10]
                 assert sks(answer) == [s for _, _, s in expected], step
-                assert [r["Score"] for r in answer["SearchResults"]] == pytest.approx([d for d, _, _ in expected],
-                                                                                       abs=1e-5)
+                assert [r["Score"] for r in answer["SearchResults"]] == pytest.approx(
+                    [d for d, _, _ in expected], abs=1e-5
+                )
         part = next(p for k, p in vectors.STATE._cache.items() if k[0] == table and k[2] == "a")
         rows, live = len(part.matrix(DIMS)[0]), len(part.entries)
         assert live == len(held) and rows <= 2 * live + 2 * part._FIRST  # dead rows are squeezed out

@@ -1,5 +1,6 @@
 """Faults: throttling and conflicts on each request type, model failures at each point, a lost finish.
 Each test checks what survived: nothing the user typed or the model wrote is lost."""
+
 import pytest
 
 from lib.errors import StoreUnavailable
@@ -19,8 +20,9 @@ def faults(client):
 
 
 def answered(store, session=None, question="q"):
-    turn = begin_turn(store, DemoModel(delay_s=0), USER, session, question, [], system_prompt_id="p",
-                      budget_tokens=1000)
+    turn = begin_turn(
+        store, DemoModel(delay_s=0), USER, session, question, [], system_prompt_id="p", budget_tokens=1000
+    )
     list(turn)
     return turn.session, turn.close()
 
@@ -31,9 +33,18 @@ ACTIONS = {
     "create": ("TransactWriteItems", lambda store, s, m: store.create_session(USER, "new", system_prompt_id="p")),
     "send": ("TransactWriteItems", lambda store, s, m: store.send_message(USER, s, "next", system_prompt_id="p")),
     "rename": ("TransactWriteItems", lambda store, s, m: store.rename_session(USER, s, "Renamed")),
-    "finish": ("UpdateItem", lambda store, s, m: store.finish_message(
-        USER, m, output_body="a", input_token=1, output_token=1, response_start_time=m.create_time,
-        response_end_time=m.create_time)),
+    "finish": (
+        "UpdateItem",
+        lambda store, s, m: store.finish_message(
+            USER,
+            m,
+            output_body="a",
+            input_token=1,
+            output_token=1,
+            response_start_time=m.create_time,
+            response_end_time=m.create_time,
+        ),
+    ),
     "fail": ("UpdateItem", lambda store, s, m: store.fail_message(USER, m, output_body="a", error="x")),
 }
 
@@ -50,8 +61,9 @@ class TestThrottling:
         assert faults.attempts[operation] == 3  # two throttled attempts, then success
 
     @pytest.mark.parametrize("action", ACTIONS)
-    def test_throttled_past_the_retries_is_a_clear_error_and_nothing_half_done(self, store, faults, client, table,
-                                                                               action):
+    def test_throttled_past_the_retries_is_a_clear_error_and_nothing_half_done(
+        self, store, faults, client, table, action
+    ):
         session, message = store.create_session(USER, "q", system_prompt_id="p")
         before = client.scan(TableName=table)["Items"]
         operation, act = ACTIONS[action]

@@ -1,4 +1,5 @@
 """The DynamoDB gateway on a real table: batches with unprocessed items retried, paging, the error map."""
+
 from __future__ import annotations
 
 import pytest
@@ -28,7 +29,7 @@ class Unprocessed:
     def _hold_writes(self, params, **_):
         if self.rounds > 0:
             self.rounds -= 1
-            (table, requests), = params["RequestItems"].items()
+            ((table, requests),) = params["RequestItems"].items()
             keep = max(1, len(requests) - self.count)
             params["RequestItems"] = {table: requests[:keep]}
             self.held = {table: requests[keep:]} if requests[keep:] else None
@@ -40,9 +41,9 @@ class Unprocessed:
     def _hold_keys(self, params, **_):
         if self.rounds > 0:
             self.rounds -= 1
-            (table, request), = params["RequestItems"].items()
-            params["RequestItems"] = {table: {**request, "Keys": request["Keys"][:-self.count]}}
-            self.held = {table: {**request, "Keys": request["Keys"][-self.count:]}}
+            ((table, request),) = params["RequestItems"].items()
+            params["RequestItems"] = {table: {**request, "Keys": request["Keys"][: -self.count]}}
+            self.held = {table: {**request, "Keys": request["Keys"][-self.count :]}}
 
     def _return_keys(self, parsed, **_):
         if self.held:
@@ -87,8 +88,9 @@ class TestPaging:
     def test_query_pages_follow_the_last_evaluated_key(self, db, requests):
         db.batch_write(puts=items(7))
         requests.reset()
-        pages = list(db.query_pages(KeyConditionExpression="pk = :p", ExpressionAttributeValues=to_item({":p": "P"}),
-                                    Limit=3))
+        pages = list(
+            db.query_pages(KeyConditionExpression="pk = :p", ExpressionAttributeValues=to_item({":p": "P"}), Limit=3)
+        )
         assert [len(p) for p in pages] == [3, 3, 1]
         assert requests.names == ["Query"] * 3
 
@@ -116,9 +118,89 @@ class TestErrorMap:
             db.call("put_item", Item=to_item({"pk": "P", "sk": "1"}), ConditionExpression="attribute_not_exists(pk)")
 
 
+class TestOnConditionFailed:
+    """The one translation of a refused condition into the caller's domain error; everything else is untouched."""
+
+    def test_a_failed_condition_raises_the_callers_error_from_the_client_error(self, db):
+        from botocore.exceptions import ClientError
+
+        from lib.errors import SessionChanged
+        from lib.storage.gateway import on_condition_failed
+
+        db.call("put_item", Item=to_item({"pk": "P", "sk": "1", "v": 1}))
+        with pytest.raises(SessionChanged, match="moved on") as raised, on_condition_failed(SessionChanged("moved on")):
+            db.call("put_item", Item=to_item({"pk": "P", "sk": "1"}), ConditionExpression="attribute_not_exists(pk)")
+        assert isinstance(raised.value.__cause__, ClientError)
+
+    def test_the_error_can_be_made_from_the_item_as_it_was(self, db):
+        from lib.errors import MessageNotPending
+        from lib.storage.gateway import on_condition_failed
+
+        db.call("put_item", Item=to_item({"pk": "P", "sk": "1", "v": 1}))
+        with (
+            pytest.raises(MessageNotPending, match="v=1"),
+            on_condition_failed(lambda old: MessageNotPending(f"v={from_item(old)['v']}")),
+        ):
+            db.call(
+                "update_item",
+                Key=to_item({"pk": "P", "sk": "1"}),
+                UpdateExpression="SET v = :two",
+                ConditionExpression="v = :zero",
+                ExpressionAttributeValues=to_item({":zero": 0, ":two": 2}),
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
+            )
+
+    def test_without_an_error_the_refusal_is_told_after_the_block(self, db):
+        from lib.storage.gateway import on_condition_failed
+
+        for expected in (False, True):
+            with on_condition_failed() as refused:
+                db.call(
+                    "put_item", Item=to_item({"pk": "P", "sk": "2"}), ConditionExpression="attribute_not_exists(pk)"
+                )
+            assert bool(refused) is expected
+
+    def test_a_transaction_cancelled_for_another_reason_is_not_a_refused_condition(self, db, client):
+        from botocore.exceptions import ClientError
+
+        from lib.storage.gateway import on_condition_failed
+
+        reasons = {"CancellationReasons": [{"Code": "ConditionalCheckFailed"}, {"Code": "ValidationError"}]}
+        Faults(client).fail("TransactWriteItems", "TransactionCanceledException", **reasons)
+        with pytest.raises(ClientError, match="TransactionCanceled"), on_condition_failed():
+            db.call(
+                "transact_write_items",
+                TransactItems=[{"Put": {"TableName": db.table, "Item": to_item({"pk": "P", "sk": "3"})}}],
+            )
+
+    def test_only_the_named_actions_conditions_count_but_a_conflict_anywhere_does(self, db, client):
+        from botocore.exceptions import ClientError
+
+        from lib.storage.gateway import on_condition_failed
+
+        faults = Faults(client)
+        put = [{"Put": {"TableName": db.table, "Item": to_item({"pk": "P", "sk": "4"})}}]
+        faults.fail(
+            "TransactWriteItems",
+            "TransactionCanceledException",
+            CancellationReasons=[{"Code": "ConditionalCheckFailed"}, {"Code": "None"}],
+        )
+        with pytest.raises(ClientError), on_condition_failed(actions=(1,)):
+            db.call("transact_write_items", TransactItems=put)
+        faults.fail(
+            "TransactWriteItems",
+            "TransactionCanceledException",
+            CancellationReasons=[{"Code": "TransactionConflict"}, {"Code": "None"}],
+        )
+        with on_condition_failed(actions=(1,)) as refused:
+            db.call("transact_write_items", TransactItems=put)
+        assert refused
+
+
 class TestStorableText:
-    @pytest.mark.parametrize("text, stored", [("ok 👋", "ok 👋"), ("a\ud800b", "a\ufffdb"), ("\udfff", "\ufffd"),
-                                              ("\ud83d\udc4b", "👋")])
+    @pytest.mark.parametrize(
+        "text, stored", [("ok 👋", "ok 👋"), ("a\ud800b", "a\ufffdb"), ("\udfff", "\ufffd"), ("\ud83d\udc4b", "👋")]
+    )
     def test_lone_surrogates_become_replacement_characters_and_pairs_join(self, text, stored):
         assert storable_text(text) == stored
 

@@ -1,5 +1,6 @@
 """The Redis hot tier (lib/hot) against a real redis-server: live answers across replicas, change counters,
 cached chats, and Redis going away (chats keep working from DynamoDB)."""
+
 from __future__ import annotations
 
 import time
@@ -7,14 +8,14 @@ import time
 import pytest
 
 from lib.hot.tier import HotTier
-from lib.storage.records import DONE, FAILED
 from lib.model.models import DemoModel
+from lib.storage.records import DONE, FAILED
 from lib.turn.turns import STOPPED
 from lib.turn.worker import Generations
 from lib.web.chat_view import ChatView
 from tests.redis_server import redis_server  # noqa: F401 (the fixture)
-
-from tests.turn_helpers import turn_for as _turn_for, wait_for  # noqa: E402
+from tests.turn_helpers import turn_for as _turn_for  # noqa: E402
+from tests.turn_helpers import wait_for
 
 USER = "u-hot"
 
@@ -52,8 +53,15 @@ class TestLiveAcrossReplicas:
         # Retry reuses the message id: the last attempt's Stop and saved turn are not carried over
         from lib.turn.turns import retry_turn
 
-        again = retry_turn(store, DemoModel(delay_s=0.005), USER, live.saved and store.open_session(
-            USER, live.session_id).session, live.saved, [], budget_tokens=4000)
+        again = retry_turn(
+            store,
+            DemoModel(delay_s=0.005),
+            USER,
+            live.saved and store.open_session(USER, live.session_id).session,
+            live.saved,
+            [],
+            budget_tokens=4000,
+        )
         retried = writer.start(again)
         assert retried.wait(20) and retried.saved.status == DONE
         assert reader.live(live.message_id).saved.status == DONE
@@ -71,7 +79,8 @@ class TestLiveAcrossReplicas:
         assert hot._paused_until > time.monotonic()
 
     def test_redis_refusing_writes_at_the_save_the_saved_turn_reaches_other_replicas_when_it_is_back(
-            self, store, redis_server, monkeypatch):
+        self, store, redis_server, monkeypatch
+    ):
         """A blip exactly when the worker publishes the save: without the retry, a tab on another replica would
         show "Writing…" until the copy expired (the pending timeout), though DynamoDB has the turn."""
         import threading
@@ -130,7 +139,8 @@ class TestLiveAcrossReplicas:
         assert tier(redis_server).live(first.message_id) is None
 
     def test_an_attempt_whose_begin_never_reached_redis_claims_the_copy_at_its_first_progress(
-            self, store, redis_server, monkeypatch):
+        self, store, redis_server, monkeypatch
+    ):
         import redis
 
         from lib.hot import tier as tier_module
@@ -156,9 +166,11 @@ class TestLiveAcrossReplicas:
         import redis
 
         redis.Redis.from_url(redis_server.url).execute_command(
-            "ACL", "SETUSER", "noscripts", "on", "nopass", "~*", "&*", "+@all", "-@scripting")
-        hot = HotTier.connect(redis_server.url.replace("redis://", "redis://noscripts@"), prefix="chat:test:",
-                              ttl_s=300)
+            "ACL", "SETUSER", "noscripts", "on", "nopass", "~*", "&*", "+@all", "-@scripting"
+        )
+        hot = HotTier.connect(
+            redis_server.url.replace("redis://", "redis://noscripts@"), prefix="chat:test:", ttl_s=300
+        )
         live = Generations(hot=hot).start(turn_for(store, DemoModel(delay_s=0)))
         assert live.wait(20) and live.hot_version is not None
         assert tier(redis_server).live(live.message_id).saved == live.saved
@@ -237,7 +249,74 @@ class TestSettings:
             Settings.load(env={"CHAT_REDIS_URL": "localhost:6379"}, secrets={}, for_operator=True)
         with pytest.raises(ConfigError, match="CHAT_MAX_GENERATIONS_PER_USER must be at least 1"):
             Settings.load(env={"CHAT_MAX_GENERATIONS_PER_USER": "0"}, secrets={}, for_operator=True)
-        assert Settings.load(env={"CHAT_REDIS_URL": "redis://cache:6379/0"}, secrets={},
-                             for_operator=True).redis_url == "redis://cache:6379/0"
-        assert "cache:6379" not in repr(Settings.load(env={"CHAT_REDIS_URL": "redis://:pw@cache:6379/0"}, secrets={},
-                                                      for_operator=True))  # a URL may carry a password
+        assert (
+            Settings.load(env={"CHAT_REDIS_URL": "redis://cache:6379/0"}, secrets={}, for_operator=True).redis_url
+            == "redis://cache:6379/0"
+        )
+        assert "cache:6379" not in repr(
+            Settings.load(env={"CHAT_REDIS_URL": "redis://:pw@cache:6379/0"}, secrets={}, for_operator=True)
+        )  # a URL may carry a password
+
+
+class TestValuesThisReleaseCannotRead:
+    """Replicas of two releases share Redis in a rolling deploy, and anything can end up at a key: a value that
+    cannot be decoded is a miss (DynamoDB answers), logged and deleted, never an exception on the page."""
+
+    def test_keys_carry_the_encodings_schema_version(self):
+        from lib.hot.codec import SCHEMA
+        from lib.hot.tier import key_prefix
+
+        assert key_prefix("chat") == f"chat:chat:v{SCHEMA}:"
+
+    def test_a_saved_turn_with_a_field_this_release_does_not_know_is_read(self, store, redis_server):
+        import dataclasses
+        import json
+
+        from lib.hot.codec import message_json, message_of
+
+        hot = tier(redis_server)
+        live = Generations(hot=hot).start(turn_for(store, DemoModel(delay_s=0)))
+        assert live.wait(10)
+        newer = json.dumps({**json.loads(message_json(live.saved)), "branch": "b-2"})  # a newer release's field
+        assert message_of(newer) == live.saved
+        key = hot._key("live", live.message_id)
+        hot.client.hset(key, "saved", newer)
+        assert hot.live(live.message_id).saved == live.saved
+        assert dataclasses.asdict(message_of(message_json(live.saved))) == dataclasses.asdict(live.saved)
+
+    def test_a_saved_turn_that_cannot_be_rebuilt_is_a_miss_and_is_deleted(self, store, redis_server, capsys):
+        hot = tier(redis_server)
+        live = Generations(hot=hot).start(turn_for(store, DemoModel(delay_s=0)))
+        assert live.wait(10)
+        key = hot._key("live", live.message_id)
+        hot.client.hset(key, "saved", '{"message_id": "only this"}')  # an older release lacks required fields
+        assert hot.live(live.message_id) is None
+        assert not hot.client.exists(key) and "hot_tier_bad_value" in capsys.readouterr().err
+
+    def test_junk_at_the_change_counter_is_a_miss_and_the_next_bump_starts_it_anew(self, redis_server):
+        hot = tier(redis_server)
+        hot.client.set(hot._key("ver", USER, "s-1"), "not a number")
+        assert hot.version(USER, "s-1") is None
+        hot.client.set(hot._key("ver", USER, "s-1"), "still junk")
+        assert isinstance(hot.bump(USER, "s-1"), int)  # not a failed call that pauses Redis for everyone
+        assert hot.version(USER, "s-1") is not None
+
+    def test_a_broken_cached_page_is_read_from_dynamodb_and_replaced(self, store, redis_server):
+        hot = tier(redis_server)
+        live = Generations(hot=hot).start(turn_for(store, DemoModel(delay_s=0)))
+        assert live.wait(10)
+        at = hot.known(USER, live.session_id)
+        for junk in ('{"session": {"title": "no ids"}, "messages": [], "cursor": null}', "{not json"):
+            hot.client.hset(hot._key("view", USER, live.session_id), mapping={"at": at, "json": junk})
+            view = ChatView(USER)
+            view.navigate(store, live.session_id, hot)  # falls back to the Query, caches a good page
+            assert [m.message_id for m in view.messages] == [live.message_id]
+            assert hot.cached_view(USER, live.session_id)[0].messages[0].message_id == live.message_id
+
+    def test_the_hot_tier_keeps_its_state_in_the_answers_declared_field(self, store, redis_server):
+        import dataclasses
+
+        live = Generations(hot=tier(redis_server)).start(turn_for(store, DemoModel(delay_s=0.001)))
+        assert live.wait(10)
+        assert set(vars(live)) == {f.name for f in dataclasses.fields(live)}  # nothing set from outside
+        assert live.hot is not None and 0 < live.hot.sent <= len(live.text)  # the progress writes it counted

@@ -1,5 +1,6 @@
 """The chat page with the hot tier (CHAT_REDIS_URL) on a real redis-server: a second replica shows the live
 answer, a tab learns of a turn sent elsewhere, a cached chat opens without the Query, Redis down is quiet."""
+
 from __future__ import annotations
 
 import contextlib
@@ -54,8 +55,10 @@ def test_a_second_replica_follows_the_live_answer_from_redis_without_dynamodb_re
         records = requests_made(lambda: pages.append(new_browser(session=live.session_id)))
         other = pages[0]
         assert live.saved is not None  # the page followed the answer from Redis until it was saved
-        assert [(r.operation, r.action) for r in records if r.action != "finish"] == [("Query", "sidebar"),
-                                                                                      ("Query", "open")]
+        assert [(r.operation, r.action) for r in records if r.action != "finish"] == [
+            ("Query", "sidebar"),
+            ("Query", "open"),
+        ]
         assert not other.exception
         assert "out tokens" in other.chat_message[1].caption[0].value  # finished in place
         assert shown_text(other.chat_message[1]).strip() == live.saved.output_body.strip()
@@ -87,8 +90,10 @@ def test_a_tab_learns_of_a_turn_sent_elsewhere_and_a_cached_chat_opens_without_t
     send(first, "sent from the other tab")
     records = requests_made(lambda: watcher.run())  # its change watcher sees the counter move
     assert [r.operation for r in records] == ["Query"]
-    assert [m.markdown[0].value for m in watcher.chat_message if m.name == "user"] == \
-        ["first question", "sent from the other tab"]
+    assert [m.markdown[0].value for m in watcher.chat_message if m.name == "user"] == [
+        "first question",
+        "sent from the other tab",
+    ]
     records = requests_made(lambda: new_browser(session=session_id))  # a reload, another device
     assert [(r.operation, r.action) for r in records] == [("Query", "sidebar")]  # the chat came from Redis
     assert requests_made(lambda: watcher.run()) == []  # nothing changed: no request

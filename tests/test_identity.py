@@ -1,4 +1,5 @@
 """Who is signed in: unsafe configurations refused with the fix, and an identity header given twice refused."""
+
 import pytest
 from streamlit.runtime.context import StreamlitHeaders
 
@@ -6,8 +7,13 @@ from lib.config import Settings
 from lib.errors import ConfigError, NotAuthenticated
 from lib.web.identity import resolve
 
-AUTH = {"redirect_uri": "https://chat.example.com/oauth2callback", "cookie_secret": "c" * 32, "client_id": "chat",
-        "client_secret": "s", "server_metadata_url": "https://login.example.com/.well-known/openid-configuration"}
+AUTH = {
+    "redirect_uri": "https://chat.example.com/oauth2callback",
+    "cookie_secret": "c" * 32,
+    "client_id": "chat",
+    "client_secret": "s",
+    "server_metadata_url": "https://login.example.com/.well-known/openid-configuration",
+}
 AWS = {"CHAT_BACKEND": "aws", "CHAT_CURSOR_SECRET": "cursor-secret"}
 
 
@@ -82,26 +88,38 @@ class TestRepeatedIdentityHeaders:
         assert resolve(load(**HEADER), headers, {}).user_id == "bob@example.com"
 
     def test_an_identity_header_given_twice_is_refused(self):
-        headers = StreamlitHeaders([("X-Forwarded-Email", "alice@example.com"), ("X-Proxy-Secret", "s3cret"),
-                                    ("x-forwarded-email", "bob@example.com")])
+        headers = StreamlitHeaders(
+            [
+                ("X-Forwarded-Email", "alice@example.com"),
+                ("X-Proxy-Secret", "s3cret"),
+                ("x-forwarded-email", "bob@example.com"),
+            ]
+        )
         with pytest.raises(NotAuthenticated, match="X-Forwarded-Email more than once"):
             resolve(load(**HEADER), headers, {})
 
     def test_a_proxy_secret_header_given_twice_is_refused(self):
-        headers = StreamlitHeaders([("X-Forwarded-Email", "bob@example.com"), ("X-Proxy-Secret", "guess"),
-                                    ("X-Proxy-Secret", "s3cret")])
+        headers = StreamlitHeaders(
+            [("X-Forwarded-Email", "bob@example.com"), ("X-Proxy-Secret", "guess"), ("X-Proxy-Secret", "s3cret")]
+        )
         with pytest.raises(NotAuthenticated, match="X-Proxy-Secret more than once"):
             resolve(load(**HEADER), headers, {})
 
     def test_a_plain_mapping_with_the_header_in_two_spellings_is_refused(self):
-        headers = {"X-Forwarded-Email": "alice@example.com", "x-forwarded-email": "bob@example.com",
-                   "X-Proxy-Secret": "s3cret"}
+        headers = {
+            "X-Forwarded-Email": "alice@example.com",
+            "x-forwarded-email": "bob@example.com",
+            "X-Proxy-Secret": "s3cret",
+        }
         with pytest.raises(NotAuthenticated, match="more than once"):
             resolve(load(**HEADER), headers, {})
 
     def test_the_alb_token_header_given_twice_is_refused_before_any_key_is_fetched(self):
-        settings = load(CHAT_IDENTITY="alb", CHAT_ALB_ARN="arn:aws:elasticloadbalancing:eu-west-1:1:loadbalancer/app/a",
-                        CHAT_ALB_KEY_URL="http://127.0.0.1:9")
+        settings = load(
+            CHAT_IDENTITY="alb",
+            CHAT_ALB_ARN="arn:aws:elasticloadbalancing:eu-west-1:1:loadbalancer/app/a",
+            CHAT_ALB_KEY_URL="http://127.0.0.1:9",
+        )
         headers = StreamlitHeaders([("x-amzn-oidc-data", "a.b.c"), ("X-Amzn-Oidc-Data", "d.e.f")])
         with pytest.raises(NotAuthenticated, match="x-amzn-oidc-data more than once"):
             resolve(settings, headers, {})
@@ -119,6 +137,9 @@ class TestTheReadmeSettingsTable:
             match = re.match(r"^\| `([A-Z_]+)` \| (.*?) \| (.*) \|$", line)
             if match and match.group(1) in SETTINGS:
                 rows.setdefault(match.group(1), (match.group(2), match.group(3)))  # the configuration table's
-        wrong = {name: rows.get(name) for name, (default, meaning) in SETTINGS.items()
-                 if rows.get(name) != (f"`{default}`" if default else "(unset)", meaning)}
+        wrong = {
+            name: rows.get(name)
+            for name, (default, meaning) in SETTINGS.items()
+            if rows.get(name) != (f"`{default}`" if default else "(unset)", meaning)
+        }
         assert wrong == {}

@@ -1,5 +1,6 @@
 """`alb` identity: the load balancer's signed x-amzn-oidc-data token, verified against a locally generated key
 served by a local key server (the same HTTP shape as public-keys.auth.elb.<region>.amazonaws.com/<kid>)."""
+
 from __future__ import annotations
 
 import base64
@@ -30,13 +31,32 @@ def b64(data: bytes, *, padded: bool) -> str:
     return text if padded else text.rstrip("=")
 
 
-def sign(key: ec.EllipticCurvePrivateKey, *, signer: str = ARN, kid: str = KID, exp: float | None = None,
-         claims: dict | None = None, padded: bool = True) -> str:
+def sign(
+    key: ec.EllipticCurvePrivateKey,
+    *,
+    signer: str = ARN,
+    kid: str = KID,
+    exp: float | None = None,
+    claims: dict | None = None,
+    padded: bool = True,
+) -> str:
     """A token as the ALB makes it: ES256, raw r||s signature, base64url *with* padding."""
-    header = {"alg": "ES256", "kid": kid, "signer": signer, "iss": "https://login.example.com", "client": "chat",
-              "exp": int(time.time() + 120) if exp is None else exp}
-    payload = {"sub": "7f3a", "email": "Alice@Example.com", "name": "Alice",
-               "exp": header["exp"], "iss": "https://login.example.com", **(claims or {})}
+    header = {
+        "alg": "ES256",
+        "kid": kid,
+        "signer": signer,
+        "iss": "https://login.example.com",
+        "client": "chat",
+        "exp": int(time.time() + 120) if exp is None else exp,
+    }
+    payload = {
+        "sub": "7f3a",
+        "email": "Alice@Example.com",
+        "name": "Alice",
+        "exp": header["exp"],
+        "iss": "https://login.example.com",
+        **(claims or {}),
+    }
     encoded = [b64(json.dumps(part).encode(), padded=padded) for part in (header, payload)]
     signing_input = ".".join(encoded)
     r, s = decode_dss_signature(key.sign(signing_input.encode(), ec.ECDSA(hashes.SHA256())))
@@ -170,8 +190,9 @@ class TestAlbIdentity:
     @pytest.fixture
     def settings(self, keys):
         alb_token._verifiers.clear()  # a fresh key cache per test
-        return Settings.load(env={"CHAT_IDENTITY": "alb", "CHAT_ALB_ARN": ARN, "CHAT_ALB_KEY_URL": keys.url},
-                             secrets={})
+        return Settings.load(
+            env={"CHAT_IDENTITY": "alb", "CHAT_ALB_ARN": ARN, "CHAT_ALB_KEY_URL": keys.url}, secrets={}
+        )
 
     def test_the_user_is_the_tokens_email(self, settings, key):
         found = resolve(settings, {"X-Amzn-Oidc-Data": sign(key)}, {})
@@ -185,12 +206,16 @@ class TestAlbIdentity:
             resolve(settings, {"X-Forwarded-Email": "alice@example.com"}, {})
 
     def test_a_plain_identity_header_is_not_trusted_in_alb_mode(self, settings, key):
-        found = resolve(settings, {"x-amzn-oidc-data": sign(key), "x-amzn-oidc-identity": "bob",
-                                   "X-Forwarded-Email": "bob@example.com"}, {})
+        found = resolve(
+            settings,
+            {"x-amzn-oidc-data": sign(key), "x-amzn-oidc-identity": "bob", "X-Forwarded-Email": "bob@example.com"},
+            {},
+        )
         assert found.user_id == "alice@example.com"
 
     def test_a_browser_session_keeps_its_sign_in_after_the_token_expires_but_a_new_one_does_not(
-            self, settings, key, monkeypatch):
+        self, settings, key, monkeypatch
+    ):
         token = sign(key, exp=time.time() + 60)
         session: dict = {}
         assert resolve(settings, {"x-amzn-oidc-data": token}, {}, session=session).user_id == "alice@example.com"
@@ -235,8 +260,9 @@ class TestTheChatPageBehindTheAlb:
         from lib.web import ui
         from tests.pages import new_browser
 
-        monkeypatch.setattr(ui, "request_headers",
-                            lambda: {"X-Amzn-Oidc-Data": sign(ec.generate_private_key(ec.SECP256R1()))})
+        monkeypatch.setattr(
+            ui, "request_headers", lambda: {"X-Amzn-Oidc-Data": sign(ec.generate_private_key(ec.SECP256R1()))}
+        )
         at = new_browser()
         assert not at.exception and not at.chat_input
         assert "could not be verified" in at.error[0].value

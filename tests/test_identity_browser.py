@@ -1,6 +1,7 @@
 """A real Chromium, through a proxy that appends its identity headers instead of replacing the client's (the
-misconfiguration of issue 8): Streamlit 1.67 keeps both copies of a header from the WebSocket upgrade
+misconfiguration): Streamlit 1.67 keeps both copies of a header from the WebSocket upgrade
 (st.context.headers.get_all), and the app refuses the request instead of believing the client's copy."""
+
 from __future__ import annotations
 
 import socket
@@ -54,8 +55,14 @@ class AppendingProxy:
                 request_line, _, headers = head.partition(b"\r\n")
                 self.requests += 1
                 upstream.sendall(request_line + b"\r\n" + headers + b"\r\n" + PROXY_HEADERS + b"\r\n")
-                length = next((int(line.split(b":", 1)[1]) for line in headers.split(b"\r\n")
-                               if line.lower().startswith(b"content-length:")), 0)
+                length = next(
+                    (
+                        int(line.split(b":", 1)[1])
+                        for line in headers.split(b"\r\n")
+                        if line.lower().startswith(b"content-length:")
+                    ),
+                    0,
+                )
                 while len(buffer) < length:
                     buffer += client.recv(65536)
                 upstream.sendall(buffer[:length])
@@ -91,8 +98,10 @@ class AppendingProxy:
 
 @pytest.fixture(scope="module")
 def proxied_app(tmp_path_factory):
-    app = start_app(tmp_path_factory.mktemp("identity"), {"CHAT_IDENTITY": "header", "CHAT_PROXY_SECRET": "s3cret",
-                                                          "CHAT_DEMO_DELAY": "0"})
+    app = start_app(
+        tmp_path_factory.mktemp("identity"),
+        {"CHAT_IDENTITY": "header", "CHAT_PROXY_SECRET": "s3cret", "CHAT_DEMO_DELAY": "0"},
+    )
     proxy = AppendingProxy(app.port)
     yield proxy
     proxy.close()

@@ -1,8 +1,9 @@
 """The invariant checker finds each kind of broken record, and passes a healthy history."""
+
 import datetime as dt
 
-from lib.storage import keys
 from lib.ops.invariants import check_user
+from lib.storage import keys
 from lib.storage.store import to_item
 
 USER = "fay@example.com"
@@ -26,28 +27,51 @@ class TestCheckUser:
 
     def test_a_second_sidebar_row_is_found(self, store, client, table):
         (session, _), *_ = healthy(store)
-        client.put_item(TableName=table, Item=to_item({**keys.list_key(USER, "2000-01-01T00:00:00.000Z",
-                                                                       session.session_id),
-                                                       "session_id": session.session_id, "title": session.title}))
+        client.put_item(
+            TableName=table,
+            Item=to_item(
+                {
+                    **keys.list_key(USER, "2000-01-01T00:00:00.000Z", session.session_id),
+                    "session_id": session.session_id,
+                    "title": session.title,
+                }
+            ),
+        )
         report = check_user(client, table, USER)
         assert any("2 sidebar rows" in v for v in report.violations)
 
     def test_a_wrong_count_a_renamed_row_and_a_moved_row_are_found(self, store, client, table):
         (session, _), (moved, _), _ = healthy(store)
         client.delete_item(TableName=table, Key=to_item(keys.list_key(USER, moved.last_message_time, moved.session_id)))
-        client.put_item(TableName=table, Item=to_item({**keys.list_key(USER, "2001-01-01T00:00:00.000Z",
-                                                                       moved.session_id),
-                                                       "session_id": moved.session_id, "title": moved.title}))
-        client.update_item(TableName=table, Key=to_item(keys.meta_key(USER, session.session_id)),
-                           UpdateExpression="SET message_count = :n", ExpressionAttributeValues=to_item({":n": 99}))
-        client.update_item(TableName=table, Key=to_item(keys.list_key(USER, session.last_message_time,
-                                                                      session.session_id)),
-                           UpdateExpression="SET title = :t", ExpressionAttributeValues=to_item({":t": "other"}))
+        client.put_item(
+            TableName=table,
+            Item=to_item(
+                {
+                    **keys.list_key(USER, "2001-01-01T00:00:00.000Z", moved.session_id),
+                    "session_id": moved.session_id,
+                    "title": moved.title,
+                }
+            ),
+        )
+        client.update_item(
+            TableName=table,
+            Key=to_item(keys.meta_key(USER, session.session_id)),
+            UpdateExpression="SET message_count = :n",
+            ExpressionAttributeValues=to_item({":n": 99}),
+        )
+        client.update_item(
+            TableName=table,
+            Key=to_item(keys.list_key(USER, session.last_message_time, session.session_id)),
+            UpdateExpression="SET title = :t",
+            ExpressionAttributeValues=to_item({":t": "other"}),
+        )
         report = check_user(client, table, USER)
         assert any("message_count 99" in v for v in report.violations)
         assert any("sidebar title" in v for v in report.violations)
-        assert f"session {moved.session_id}: sidebar row at 2001-01-01T00:00:00.000Z, meta at " \
-               f"{moved.last_message_time}" in report.violations
+        assert (
+            f"session {moved.session_id}: sidebar row at 2001-01-01T00:00:00.000Z, meta at "
+            f"{moved.last_message_time}" in report.violations
+        )
         assert len(report.violations) == 3
 
     def test_stale_pending_turns_are_listed_not_counted_as_violations(self, store, client, table):

@@ -1,4 +1,5 @@
 """The usage ledger in the chat table: exact totals, bounded loss, durable, cheap; and the cost model on top."""
+
 import json
 import subprocess
 import sys
@@ -8,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from lib.usage import costs
-from lib.storage import keys
-from lib.usage.ledger import Ledger
 from lib.model.models import DemoModel
-from lib.usage.pricing import Prices
+from lib.storage import keys
 from lib.turn.turns import begin_turn
+from lib.usage import costs
+from lib.usage.ledger import Ledger
+from lib.usage.pricing import Prices
 
 ROOT = Path(__file__).resolve().parents[1]
 USERS = ["ana@example.com", "ben@example.com", "chen@example.com"]
@@ -31,8 +32,17 @@ def simulate(store, ledger, user, turns, model=None):
     store.list_sessions(user)
     session, history = None, []
     for i in range(turns):
-        turn = begin_turn(store, model, user, session, f"question {i}", history, system_prompt_id="default-v1",
-                          budget_tokens=10_000, ledger=ledger)
+        turn = begin_turn(
+            store,
+            model,
+            user,
+            session,
+            f"question {i}",
+            history,
+            system_prompt_id="default-v1",
+            budget_tokens=10_000,
+            ledger=ledger,
+        )
         list(turn)
         history.append(turn.close())
         session = turn.session
@@ -131,11 +141,21 @@ print(json.dumps([b.counters for b in services.ledger.read([keys.day_of(keys.now
 
 def test_the_ledger_survives_a_new_process(tmp_path):
     folder = str(tmp_path / "data")
-    run = subprocess.run([sys.executable, "-c", textwrap.dedent(WRITER.format(folder=folder))], cwd=ROOT,
-                         capture_output=True, text=True, timeout=120)
+    run = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(WRITER.format(folder=folder))],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert run.returncode == 0, run.stderr
-    run = subprocess.run([sys.executable, "-c", textwrap.dedent(READER.format(folder=folder))], cwd=ROOT,
-                         capture_output=True, text=True, timeout=120)
+    run = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(READER.format(folder=folder))],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert run.returncode == 0, run.stderr
     (counters,) = json.loads(run.stdout.strip().splitlines()[-1])
     assert counters["t.done"] == 1 and counters["n.create"] == 1 and counters["n.finish"] == 1
@@ -151,20 +171,39 @@ class TestCostModel:
             if i:
                 session, message = store.send_message(user, session, "q", system_prompt_id="p")
             if overhead is None:
-                probe = store.finish_message(user, message, output_body="", input_token=1, output_token=1,
-                                             response_start_time=message.create_time, response_end_time=keys.now())
+                probe = store.finish_message(
+                    user,
+                    message,
+                    output_body="",
+                    input_token=1,
+                    output_token=1,
+                    response_start_time=message.create_time,
+                    response_end_time=keys.now(),
+                )
                 overhead = probe.size - message.size
                 continue
-            done = store.finish_message(user, message, output_body="a" * (4096 - message.size - overhead),
-                                        input_token=1, output_token=1, response_start_time=message.create_time,
-                                        response_end_time=keys.now())
+            done = store.finish_message(
+                user,
+                message,
+                output_body="a" * (4096 - message.size - overhead),
+                input_token=1,
+                output_token=1,
+                response_start_time=message.create_time,
+                response_end_time=keys.now(),
+            )
             assert done.size == 4096
         meter.clear()
         # the measured turn mix: per turn one send, one 4 KB finish, one open of 20 turns, two sidebars
         session, message = store.send_message(user, session, "q", system_prompt_id="p")
-        done = store.finish_message(user, message, output_body="a" * (4096 - message.size - overhead),
-                                    input_token=1, output_token=1, response_start_time=message.create_time,
-                                    response_end_time=keys.now())
+        done = store.finish_message(
+            user,
+            message,
+            output_body="a" * (4096 - message.size - overhead),
+            input_token=1,
+            output_token=1,
+            response_start_time=message.create_time,
+            response_end_time=keys.now(),
+        )
         store.open_session(user, session.session_id)
         store.list_sessions(user)
         store.list_sessions(user)
@@ -183,23 +222,34 @@ class TestCostModel:
         assert table["Model"].tolist() == ["mystery-model (price unknown)"] and table["Model $"].isna().all()
 
     def test_model_cost_uses_input_output_and_cache_prices(self):
-        bucket = ledger_bucket({"t.done": 2, "tn|claude-sonnet-4-6": 2, "ti|claude-sonnet-4-6": 1_000_000,
-                                "to|claude-sonnet-4-6": 100_000, "tcr|claude-sonnet-4-6": 1_000_000})
+        bucket = ledger_bucket(
+            {
+                "t.done": 2,
+                "tn|claude-sonnet-4-6": 2,
+                "ti|claude-sonnet-4-6": 1_000_000,
+                "to|claude-sonnet-4-6": 100_000,
+                "tcr|claude-sonnet-4-6": 1_000_000,
+            }
+        )
         head = costs.headline([bucket], PRICES)
         assert head.model_cost == pytest.approx(3.0 + 1.5 + 0.3)
         assert PRICES.model_price("us.anthropic.claude-sonnet-4-6-20260101-v1:0") == (3.0, 15.0)
 
     def test_csv_has_one_row_per_day_and_user_with_every_counter(self):
-        buckets = [ledger_bucket({"t.done": 1, "n.send": 2}, day="2026-11-01"),
-                   ledger_bucket({"n.open": 1}, day="2026-11-02", user="ben@example.com")]
+        buckets = [
+            ledger_bucket({"t.done": 1, "n.send": 2}, day="2026-11-01"),
+            ledger_bucket({"n.open": 1}, day="2026-11-02", user="ben@example.com"),
+        ]
         lines = costs.daily_csv(buckets, PRICES).strip().splitlines()
-        assert lines[0] == ("Day,User,Turns done,Turns failed,Bytes stored,DynamoDB $,Model $,"
-                            "Requests (send),Requests (open)")
+        assert lines[0] == (
+            "Day,User,Turns done,Turns failed,Bytes stored,DynamoDB $,Model $,Requests (send),Requests (open)"
+        )
         assert lines[1:] == ["2026-11-01,ana@example.com,1,0,0,0,0,2,0", "2026-11-02,ben@example.com,0,0,0,0,0,0,1"]
 
 
 def ledger_bucket(counters, day="2026-11-01", user="ana@example.com"):
     from lib.usage.ledger import Bucket
+
     return Bucket(day, user, {k: float(v) for k, v in counters.items()})
 
 
@@ -211,8 +261,12 @@ def costs_bucket(records, message_bytes):
     ledger = Ledger(client=None, table="", meter=Meter(trust_reported=False))
     for record in records:
         ledger.record_usage(record)
-    ledger.record_turn("ana@example.com", Message("m", "s", keys.now(), "q", "p", status="done",
-                                                  response_end_time=records[0].at, size=message_bytes), None, "demo")
+    ledger.record_turn(
+        "ana@example.com",
+        Message("m", "s", keys.now(), "q", "p", status="done", response_end_time=records[0].at, size=message_bytes),
+        None,
+        "demo",
+    )
     (bucket,) = ledger.pending()
     return bucket
 

@@ -1,5 +1,6 @@
 """The context engine wired into the chat page: work after the save in the worker, what the model saw,
 the note under an answer, the summary divider."""
+
 import pytest
 
 from lib.storage.records import DONE
@@ -26,8 +27,11 @@ class TestContextOnThePage:
         assert [e.label for e in at.expander if e.label == "What the model saw"] == ["What the model saw"]
         assert not at.dataframe  # a closed expander draws nothing
         send(at, "What language do I like?")
-        (message,) = [m for m in services().store.open_session(DEV, open_id(at)).messages
-                      if m.input_body == "What language do I like?"]
+        (message,) = [
+            m
+            for m in services().store.open_session(DEV, open_id(at)).messages
+            if m.input_body == "What language do I like?"
+        ]
         kinds = [part["kind"] for part in message.context]
         assert kinds[0] == "system" and kinds[-1] == "question" and "turn" in kinds
         saw = [e for e in at.expander if e.label == "What the model saw"][-1]
@@ -35,9 +39,17 @@ class TestContextOnThePage:
         at.session_state[f"saw-{message.message_id}"] = True
         at.run()
         table = at.dataframe[0].value
-        assert list(table["Part"]) == [{"system": "Instructions", "memory": "Memory", "turn": "Recent turn",
-                                        "question": "Your question", "summary": "Summary of earlier turns",
-                                        "recalled": "Recalled older turn"}[k] for k in kinds]
+        assert list(table["Part"]) == [
+            {
+                "system": "Instructions",
+                "memory": "Memory",
+                "turn": "Recent turn",
+                "question": "Your question",
+                "summary": "Summary of earlier turns",
+                "recalled": "Recalled older turn",
+            }[k]
+            for k in kinds
+        ]
         assert list(table["Tokens"]) == [part["tokens"] for part in message.context]
         what = dict(zip(kinds, table["What"]))
         assert what["turn"] == "My name is Ada and I prefer Python." and what["question"] == "What language do I like?"
@@ -49,10 +61,12 @@ class TestContextOnThePage:
         if not kept:
             pytest.skip("the demo extractor keeps no fact from this question")
         send(at, "Which language should the example use?")
-        (message,) = [m for m in services().store.open_session(DEV, open_id(at)).messages
-                      if m.input_body.startswith("Which language")]
-        assert {part.get("id") for part in message.context if part["kind"] == "memory"} == \
-            {m.memory_id for m in kept}
+        (message,) = [
+            m
+            for m in services().store.open_session(DEV, open_id(at)).messages
+            if m.input_body.startswith("Which language")
+        ]
+        assert {part.get("id") for part in message.context if part["kind"] == "memory"} == {m.memory_id for m in kept}
 
     def test_a_summary_written_after_the_save_shows_its_divider_with_view_and_regenerate(self, monkeypatch):
         monkeypatch.setenv("CHAT_VERBATIM_TURNS", "1")

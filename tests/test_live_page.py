@@ -3,6 +3,7 @@ run until it is saved and finishes it in place; Stop from elsewhere; the per-use
 
 AppTest returns when a run ends, and a following run ends when the answer is saved: what a person sees and
 does mid-answer (Stop, type-ahead, leaving and coming back, a second browser) is in tests/test_browser.py."""
+
 import threading
 
 import pytest

@@ -1,5 +1,6 @@
 """The loop a page runs to follow a live answer (lib.web.live_view.follow), over real LiveAnswers, with a
 fake clock: what it reads, what it sends, when it yields to Streamlit, and how it hands the end to the page."""
+
 import dataclasses
 
 from lib.storage.records import DONE, FAILED, Message
@@ -9,8 +10,13 @@ from lib.web.stream_render import render_markdown
 from tests.long_answers import long_answer
 from tests.test_stream_render import Recorder, Slot
 
-MESSAGE = Message(message_id="01JDEMO0000000000000000000", session_id="s1", create_time="2026-11-30T00:00:00Z",
-                  input_body="q", system_prompt_id="default-v1")
+MESSAGE = Message(
+    message_id="01JDEMO0000000000000000000",
+    session_id="s1",
+    create_time="2026-11-30T00:00:00Z",
+    input_body="q",
+    system_prompt_id="default-v1",
+)
 
 
 class Status(Slot):
@@ -47,6 +53,7 @@ def run(items, worker):
 
 def a_worker(live, text, *, chars_per_s=4_000, end=lambda live, text: live.finish(saved(text))):
     """Appends `text` at a pace, then ends the turn with `end`."""
+
     def step(now):
         if live.saved is None:
             sent = len(live.text)
@@ -55,6 +62,7 @@ def a_worker(live, text, *, chars_per_s=4_000, end=lambda live, text: live.finis
                 live.append(text[sent:upto])
             elif upto == len(text):
                 end(live, text)
+
     return step
 
 
@@ -85,6 +93,7 @@ def test_while_the_model_is_silent_nothing_is_sent_but_the_run_still_yields():
     def worker(now):
         if now > silence:
             live.finish(saved(live.text))
+
     clock, beat = run([item], worker)
     assert item.body.log["sent"] == 2 * len("Thinking about it")  # drawn open, then once more as finished
     assert beat.log["yields"] >= silence / YIELD_S - 2  # an empty placeholder: a Streamlit call, no text
@@ -107,9 +116,12 @@ def test_stopping_and_a_save_being_retried_are_shown_under_the_answer():
         shown = item.status.shown()
         if shown and (not lines or lines[-1] != shown[-1][1]):
             lines.append(shown[-1][1])
+
     run([item], worker)
-    assert lines == [":material/hourglass_top: Stopping…",
-                     "Shown but not saved yet: The database is busy. Saving is retried every few seconds."]
+    assert lines == [
+        ":material/hourglass_top: Stopping…",
+        "Shown but not saved yet: The database is busy. Saving is retried every few seconds.",
+    ]
     assert item.in_place and item.ended.saved.status == FAILED
 
 
@@ -133,8 +145,13 @@ def test_two_answers_are_followed_at_once():
     worker_one, worker_two = a_worker(first, text), a_worker(second, text, chars_per_s=1_000)
     handed = []  # (which, when, whether the other answer was still being written)
     clock = Clock(lambda now: (worker_one(now), worker_two(now)))
-    follow([one, two], ended=lambda f: handed.append((f, clock(), second.saved is None)), beat=Slot(),
-           clock=clock, sleep=clock.sleep)
+    follow(
+        [one, two],
+        ended=lambda f: handed.append((f, clock(), second.saved is None)),
+        beat=Slot(),
+        clock=clock,
+        sleep=clock.sleep,
+    )
     assert one.ended is first and two.ended is second
     assert one.body.shown() == two.body.shown()
     # each is handed to the page (its footer drawn) as soon as it is saved, not when both are
@@ -146,7 +163,7 @@ def test_this_process_s_answer_is_read_every_tenth_of_a_second_the_hot_tier_s_ev
     for every in (YIELD_S, POLL_S):
         live, reads = LiveAnswer("u", "s1", MESSAGE.message_id), []
         item = followed(live, every)
-        item.source = lambda: reads.append(1) or live
+        item.source = lambda reads=reads, live=live: reads.append(1) or live
         clock, _ = run([item], a_worker(live, long_answer(2_000), chars_per_s=1_000))
         assert abs(len(reads) - clock.now / every) <= 2  # a Redis round trip with the text costs more
 
@@ -161,6 +178,7 @@ def test_an_answer_whose_worker_ended_without_saving_ends_the_loop_as_gone():
         else:
             live.status, live.save_error = SAVING, "The database is busy."
             live.done()  # the worker gave up saving: nothing will change this answer again
+
     run([item], worker)
     assert live.given_up and item.gone and item.ended is None
 
@@ -174,6 +192,7 @@ def test_a_local_answer_saved_during_a_nap_is_shown_saved_without_waiting_out_th
         naps.append(seconds)
         live.finish(saved(live.text))
         return live.wait_ended(seconds)
+
     item.wake = wake
     clock, _ = run([item], lambda now: None)
     assert item.ended is live and item.in_place

@@ -1,5 +1,6 @@
 """The embedded DynamoDB: serialized, rolls back only what a transaction touched, tracks no instances, DynamoDB's
 size rule, persists; its moto guardrails (version, signatures, effects)."""
+
 import base64
 import json
 import subprocess
@@ -30,14 +31,27 @@ class TestTransactions:
         put(client, table, "p", "kept", v=1)
         put(client, table, "p", "updated", v=1)
         with pytest.raises(ClientError, match="TransactionCanceled"):
-            client.transact_write_items(TransactItems=[
-                {"Put": {"TableName": table, "Item": to_item({"pk": "p", "sk": "new"})}},
-                {"Update": {"TableName": table, "Key": to_item({"pk": "p", "sk": "updated"}),
-                            "UpdateExpression": "SET v = :two", "ExpressionAttributeValues": to_item({":two": 2})}},
-                {"Delete": {"TableName": table, "Key": to_item({"pk": "p", "sk": "kept"})}},
-                {"ConditionCheck": {"TableName": table, "Key": to_item({"pk": "p", "sk": "missing"}),
-                                    "ConditionExpression": "attribute_exists(pk)"}},
-            ])
+            client.transact_write_items(
+                TransactItems=[
+                    {"Put": {"TableName": table, "Item": to_item({"pk": "p", "sk": "new"})}},
+                    {
+                        "Update": {
+                            "TableName": table,
+                            "Key": to_item({"pk": "p", "sk": "updated"}),
+                            "UpdateExpression": "SET v = :two",
+                            "ExpressionAttributeValues": to_item({":two": 2}),
+                        }
+                    },
+                    {"Delete": {"TableName": table, "Key": to_item({"pk": "p", "sk": "kept"})}},
+                    {
+                        "ConditionCheck": {
+                            "TableName": table,
+                            "Key": to_item({"pk": "p", "sk": "missing"}),
+                            "ConditionExpression": "attribute_exists(pk)",
+                        }
+                    },
+                ]
+            )
         assert get(client, table, "p", "new") is None
         assert get(client, table, "p", "updated")["v"] == {"N": "1"}
         assert get(client, table, "p", "kept") is not None
@@ -52,26 +66,40 @@ class TestTransactions:
             raise AssertionError("a transaction deep-copied the whole table")
 
         monkeypatch.setattr(Table, "__deepcopy__", refuse, raising=False)
-        client.transact_write_items(TransactItems=[
-            {"Put": {"TableName": table, "Item": to_item({"pk": "p", "sk": "new"})}}])
+        client.transact_write_items(
+            TransactItems=[{"Put": {"TableName": table, "Item": to_item({"pk": "p", "sk": "new"})}}]
+        )
         with pytest.raises(ClientError, match="TransactionCanceled"):  # the rollback path copies nothing either
-            client.transact_write_items(TransactItems=[
-                {"Put": {"TableName": table, "Item": to_item({"pk": "p", "sk": "new"}),
-                         "ConditionExpression": "attribute_not_exists(pk)"}}])
+            client.transact_write_items(
+                TransactItems=[
+                    {
+                        "Put": {
+                            "TableName": table,
+                            "Item": to_item({"pk": "p", "sk": "new"}),
+                            "ConditionExpression": "attribute_not_exists(pk)",
+                        }
+                    }
+                ]
+            )
         assert get(client, table, "p", "new") is not None
 
     def test_no_instance_is_kept_after_many_writes(self, client, table):
         from moto.dynamodb.models.dynamo_type import Item
 
         for i in range(50):
-            client.transact_write_items(TransactItems=[
-                {"Put": {"TableName": table, "Item": to_item({"pk": "p", "sk": f"{i}"})}}])
+            client.transact_write_items(
+                TransactItems=[{"Put": {"TableName": table, "Item": to_item({"pk": "p", "sk": f"{i}"})}}]
+            )
         assert len(Item.instances_tracked) == 0
 
     def test_the_item_limit_is_dynamodbs_400_kb_counting_a_replaced_value_once(self, client, table):
         put(client, table, "p", "big", body="x" * 300_000)
-        client.update_item(TableName=table, Key=to_item({"pk": "p", "sk": "big"}), UpdateExpression="SET body = :b",
-                           ExpressionAttributeValues=to_item({":b": "y" * 409_000}))
+        client.update_item(
+            TableName=table,
+            Key=to_item({"pk": "p", "sk": "big"}),
+            UpdateExpression="SET body = :b",
+            ExpressionAttributeValues=to_item({":b": "y" * 409_000}),
+        )
         with pytest.raises(ClientError, match="maximum allowed size"):
             put(client, table, "p", "too-big", body="x" * 409_600)
 
@@ -101,8 +129,9 @@ print(json.dumps([[m.input_body, m.output_body, m.status] for m in view.messages
 
 class TestPersistence:
     def run(self, code):
-        result = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=ROOT, capture_output=True,
-                                text=True, timeout=120)
+        result = subprocess.run(
+            [sys.executable, "-c", textwrap.dedent(code)], cwd=ROOT, capture_output=True, text=True, timeout=120
+        )
         assert result.returncode == 0, result.stderr
         return result.stdout.strip().splitlines()[-1]
 
@@ -110,8 +139,11 @@ class TestPersistence:
         folder = str(tmp_path / "data")
         session_id = self.run(WRITE.format(folder=folder))
         first = json.loads(self.run(READ.format(folder=folder, session_id=session_id)))
-        assert first == [["survives a restart?", "yes", "done"], ["and a pending one", "", "pending"],
-                         ["survives a restart?"]]
+        assert first == [
+            ["survives a restart?", "yes", "done"],
+            ["and a pending one", "", "pending"],
+            ["survives a restart?"],
+        ]
         # and again after a second start
         assert json.loads(self.run(READ.format(folder=folder, session_id=session_id))) == first
 
@@ -142,9 +174,17 @@ class TestQueryByPartition:
         put(client, table, "USER#b", "SES#2026-11-01T00:00:00.000Z#" + "9" * 26, title="other user")
         return table
 
-    @pytest.mark.parametrize("pk, condition, forward, limit", [
-        ("USER#a", "begins_with", False, 20), ("USER#a", "begins_with", True, 7), ("USER#a#SES#1", None, False, 21),
-        ("USER#a#SES#1", None, True, 5), ("USER#a#SES#1", "begins_with_msg", False, 20), ("USER#none", None, False, 20)])
+    @pytest.mark.parametrize(
+        "pk, condition, forward, limit",
+        [
+            ("USER#a", "begins_with", False, 20),
+            ("USER#a", "begins_with", True, 7),
+            ("USER#a#SES#1", None, False, 21),
+            ("USER#a#SES#1", None, True, 5),
+            ("USER#a#SES#1", "begins_with_msg", False, 20),
+            ("USER#none", None, False, 20),
+        ],
+    )
     def test_every_page_matches_a_full_sort_of_the_partition(self, client, filled, pk, condition, forward, limit):
         values = {":pk": {"S": pk}}
         expression = "pk = :pk"
@@ -152,13 +192,24 @@ class TestQueryByPartition:
             expression += " AND begins_with(sk, :p)"
             values[":p"] = {"S": "MSG#" if condition == "begins_with_msg" else "SES#"}
         everything = client.scan(TableName=filled)["Items"]
-        expected = sorted((i for i in everything if i["pk"]["S"] == pk and
-                           (not condition or i["sk"]["S"].startswith(values[":p"]["S"]))),
-                          key=lambda i: i["sk"]["S"], reverse=not forward)
+        expected = sorted(
+            (
+                i
+                for i in everything
+                if i["pk"]["S"] == pk and (not condition or i["sk"]["S"].startswith(values[":p"]["S"]))
+            ),
+            key=lambda i: i["sk"]["S"],
+            reverse=not forward,
+        )
         pages, start = [], None
         while True:
-            params = dict(TableName=filled, KeyConditionExpression=expression, ExpressionAttributeValues=values,
-                          ScanIndexForward=forward, Limit=limit)
+            params = dict(
+                TableName=filled,
+                KeyConditionExpression=expression,
+                ExpressionAttributeValues=values,
+                ScanIndexForward=forward,
+                Limit=limit,
+            )
             if start:
                 params["ExclusiveStartKey"] = start
             response = client.query(**params)
@@ -209,9 +260,14 @@ class TestGuardrails:
             raise AssertionError("a Query walked every item of the table")
 
         monkeypatch.setattr(Table, "all_items", refuse)
-        response = client.query(TableName=table, KeyConditionExpression="pk = :pk AND begins_with(sk, :s)",
-                                ExpressionAttributeValues=to_item({":pk": "USER#1", ":s": "SES#"}),
-                                ScanIndexForward=False, Limit=4, ConsistentRead=True)
+        response = client.query(
+            TableName=table,
+            KeyConditionExpression="pk = :pk AND begins_with(sk, :s)",
+            ExpressionAttributeValues=to_item({":pk": "USER#1", ":s": "SES#"}),
+            ScanIndexForward=False,
+            Limit=4,
+            ConsistentRead=True,
+        )
         assert [i["sk"]["S"] for i in response["Items"]] == ["SES#028", "SES#025", "SES#022", "SES#019"]
 
     def test_conditional_transactions_racing_in_threads_lose_no_increment(self, client, table):
@@ -225,10 +281,19 @@ class TestGuardrails:
                 while True:
                     n = int(get(client, table, "counter", "c")["n"]["N"])
                     try:
-                        client.transact_write_items(TransactItems=[{"Update": {
-                            "TableName": table, "Key": to_item({"pk": "counter", "sk": "c"}),
-                            "UpdateExpression": "SET n = :new", "ConditionExpression": "n = :old",
-                            "ExpressionAttributeValues": to_item({":new": n + 1, ":old": n})}}])
+                        client.transact_write_items(
+                            TransactItems=[
+                                {
+                                    "Update": {
+                                        "TableName": table,
+                                        "Key": to_item({"pk": "counter", "sk": "c"}),
+                                        "UpdateExpression": "SET n = :new",
+                                        "ConditionExpression": "n = :old",
+                                        "ExpressionAttributeValues": to_item({":new": n + 1, ":old": n}),
+                                    }
+                                }
+                            ]
+                        )
                     except ClientError as exc:
                         assert "TransactionCanceled" in str(exc)
                         continue
@@ -245,22 +310,33 @@ class TestGuardrails:
 
 
 class TestSizeRule:
-    """The emulator's 400 KB check is DynamoDB's rule (CAPACITY.md), nested types and numbers included."""
+    """The emulator's 400 KB check is DynamoDB's rule (docs/design.md), nested types and numbers included."""
 
-    @pytest.mark.parametrize("item, size", [
-        ({"shirt-color": "R", "shirt-size": "M"}, 23),
-        ({"pk": "USER#u-1", "sk": "SES#META", "n": 123}, 24),
-        ({"pk": "SES#s-1", "sk": "MSG#000001", "role": "user", "text": "héllo 👋", "tokens": 42}, 52),
-        ({"pk": "SES#s-1", "sk": "META", "tags": ["a", "bc"], "meta": {"model": "sonnet", "n": 5}, "done": True,
-          "err": None}, 59),
-        # v = 3 + (1+2) + (1 + [3 + (1+2) + (1 + {3 + 1+1+3})]) + (1 + {3 + 1+1 + [3 + (1+3) + (1+4)]}) = 40
-        ({"pk": "k", "v": [1, [2, {"x": Decimal("1.5")}], {"y": [-42, Decimal("100.5")]}]}, 3 + 1 + 40),
-        ({"pk": "k", "s": {"a", "bc"}, "ns": {1, 123}}, 3 + (1 + 3) + (2 + 2 + 3)),
-    ])
+    @pytest.mark.parametrize(
+        "item, size",
+        [
+            ({"shirt-color": "R", "shirt-size": "M"}, 23),
+            ({"pk": "USER#u-1", "sk": "SES#META", "n": 123}, 24),
+            ({"pk": "SES#s-1", "sk": "MSG#000001", "role": "user", "text": "héllo 👋", "tokens": 42}, 52),
+            (
+                {
+                    "pk": "SES#s-1",
+                    "sk": "META",
+                    "tags": ["a", "bc"],
+                    "meta": {"model": "sonnet", "n": 5},
+                    "done": True,
+                    "err": None,
+                },
+                59,
+            ),
+            # v = 3 + (1+2) + (1 + [3 + (1+2) + (1 + {3 + 1+1+3})]) + (1 + {3 + 1+1 + [3 + (1+3) + (1+4)]}) = 40
+            ({"pk": "k", "v": [1, [2, {"x": Decimal("1.5")}], {"y": [-42, Decimal("100.5")]}]}, 3 + 1 + 40),
+            ({"pk": "k", "s": {"a", "bc"}, "ns": {1, 123}}, 3 + (1 + 3) + (2 + 2 + 3)),
+        ],
+    )
     def test_moto_items_are_sized_like_the_wire_format(self, item, size):
-        from moto.dynamodb.models.dynamo_type import DynamoType
-
         from boto3.dynamodb.types import TypeSerializer
+        from moto.dynamodb.models.dynamo_type import DynamoType
 
         from lib.storage.itemsize import item_size as moto_size
         from lib.storage.itemsize import item_size as wire_size
@@ -308,12 +384,22 @@ class TestSizeRule:
         assert len(calls) == 1
 
 
-EVERY_TYPE = {"pk": {"S": "USER#types"}, "sk": {"S": "MSG#1"}, "s": {"S": "héllo \u2028 \"quoted\" \\ ✓"},
-              "n": {"N": "-12.500"}, "big": {"N": "123456789012345678901234567890123456"}, "b": {"B": b"\x00\x01\xff"},
-              "bs": {"BS": [b"\x00", b"\xfe\xff"]}, "ss": {"SS": ["a", "b"]}, "ns": {"NS": ["1", "2.5"]},
-              "yes": {"BOOL": True}, "no": {"BOOL": False}, "none": {"NULL": True},
-              "l": {"L": [{"S": "x"}, {"N": "1"}, {"M": {"deep": {"L": [{"B": b"\x02"}, {"NULL": True}]}}}]},
-              "m": {"M": {"empty": {"M": {}}, "list": {"L": []}, "s": {"S": ""}}}}
+EVERY_TYPE = {
+    "pk": {"S": "USER#types"},
+    "sk": {"S": "MSG#1"},
+    "s": {"S": 'héllo \u2028 "quoted" \\ ✓'},
+    "n": {"N": "-12.500"},
+    "big": {"N": "123456789012345678901234567890123456"},
+    "b": {"B": b"\x00\x01\xff"},
+    "bs": {"BS": [b"\x00", b"\xfe\xff"]},
+    "ss": {"SS": ["a", "b"]},
+    "ns": {"NS": ["1", "2.5"]},
+    "yes": {"BOOL": True},
+    "no": {"BOOL": False},
+    "none": {"NULL": True},
+    "l": {"L": [{"S": "x"}, {"N": "1"}, {"M": {"deep": {"L": [{"B": b"\x02"}, {"NULL": True}]}}}]},
+    "m": {"M": {"empty": {"M": {}}, "list": {"L": []}, "s": {"S": ""}}},
+}
 
 
 class TestDirectJson:
@@ -327,22 +413,44 @@ class TestDirectJson:
 
         from lib.embedded.moto_patches import _base64
 
-        wire = {k: ({t: base64.b64encode(v).decode() if isinstance(v, bytes) else
-                     [base64.b64encode(x).decode() for x in v] if t == "BS" else v} if t in ("B", "BS") else {t: v})
-                for k, value in EVERY_TYPE.items() for t, v in value.items()}
+        wire = {
+            k: (
+                {
+                    t: base64.b64encode(v).decode()
+                    if isinstance(v, bytes)
+                    else [base64.b64encode(x).decode() for x in v]
+                    if t == "BS"
+                    else v
+                }
+                if t in ("B", "BS")
+                else {t: v}
+            )
+            for k, value in EVERY_TYPE.items()
+            for t, v in value.items()
+        }
         wire["l"] = {"L": [{"S": "x"}, {"N": "1"}, {"M": {"deep": {"L": [{"B": "Ag=="}, {"NULL": True}]}}}]}
         item = {k: DynamoType(v) for k, v in wire.items()}
         service = get_service_model("dynamodb")
         for operation, result in [
-                ("Query", {"Count": 2, "ScannedCount": 3, "Items": [item, item],
-                           "LastEvaluatedKey": {"pk": {"S": "a"}, "sk": {"S": "b"}},
-                           "ConsumedCapacity": {"TableName": "t", "CapacityUnits": 1.5}}),
-                ("GetItem", {"Item": item}), ("GetItem", {}),
-                ("UpdateItem", {"Attributes": item}),
-                ("BatchGetItem", {"Responses": {"t": [item]}, "UnprocessedKeys": {}}),
-                ("TransactGetItems", {"Responses": [{"Item": item}, {}]})]:
-            context = ActionContext(service, service.operation_model(operation),
-                                    get_serializer_class("dynamodb", "json"), DynamoHandler())
+            (
+                "Query",
+                {
+                    "Count": 2,
+                    "ScannedCount": 3,
+                    "Items": [item, item],
+                    "LastEvaluatedKey": {"pk": {"S": "a"}, "sk": {"S": "b"}},
+                    "ConsumedCapacity": {"TableName": "t", "CapacityUnits": 1.5},
+                },
+            ),
+            ("GetItem", {"Item": item}),
+            ("GetItem", {}),
+            ("UpdateItem", {"Attributes": item}),
+            ("BatchGetItem", {"Responses": {"t": [item]}, "UnprocessedKeys": {}}),
+            ("TransactGetItems", {"Responses": [{"Item": item}, {}]}),
+        ]:
+            context = ActionContext(
+                service, service.operation_model(operation), get_serializer_class("dynamodb", "json"), DynamoHandler()
+            )
             by_moto = json.loads(DynamoResult(result).execute_result(context)[2])
             direct = json.loads(json.dumps(DynamoResult(result).result, default=_base64))
             assert direct == by_moto, operation
@@ -352,19 +460,32 @@ class TestDirectJson:
 
         walked = []
         execute = ActionResult.execute_result
-        monkeypatch.setattr(ActionResult, "execute_result", lambda self, context: walked.append(
-            context.operation_model.name) or execute(self, context))
+        monkeypatch.setattr(
+            ActionResult,
+            "execute_result",
+            lambda self, context: walked.append(context.operation_model.name) or execute(self, context),
+        )
         key = {"pk": EVERY_TYPE["pk"], "sk": EVERY_TYPE["sk"]}
         client.put_item(TableName=table, Item=EVERY_TYPE)
-        got = [client.get_item(TableName=table, Key=key, ConsistentRead=True)["Item"],
-               client.query(TableName=table, KeyConditionExpression="pk = :p",
-                            ExpressionAttributeValues={":p": EVERY_TYPE["pk"]})["Items"][0],
-               client.scan(TableName=table)["Items"][0],
-               client.batch_get_item(RequestItems={table: {"Keys": [key]}})["Responses"][table][0],
-               client.transact_get_items(TransactItems=[{"Get": {"TableName": table, "Key": key}}])["Responses"][0]["Item"],
-               client.update_item(TableName=table, Key=key, UpdateExpression="SET n = :n",
-                                  ExpressionAttributeValues={":n": EVERY_TYPE["n"]}, ReturnValues="ALL_NEW")["Attributes"],
-               client.delete_item(TableName=table, Key=key, ReturnValues="ALL_OLD")["Attributes"]]
+        got = [
+            client.get_item(TableName=table, Key=key, ConsistentRead=True)["Item"],
+            client.query(
+                TableName=table, KeyConditionExpression="pk = :p", ExpressionAttributeValues={":p": EVERY_TYPE["pk"]}
+            )["Items"][0],
+            client.scan(TableName=table)["Items"][0],
+            client.batch_get_item(RequestItems={table: {"Keys": [key]}})["Responses"][table][0],
+            client.transact_get_items(TransactItems=[{"Get": {"TableName": table, "Key": key}}])["Responses"][0][
+                "Item"
+            ],
+            client.update_item(
+                TableName=table,
+                Key=key,
+                UpdateExpression="SET n = :n",
+                ExpressionAttributeValues={":n": EVERY_TYPE["n"]},
+                ReturnValues="ALL_NEW",
+            )["Attributes"],
+            client.delete_item(TableName=table, Key=key, ReturnValues="ALL_OLD")["Attributes"],
+        ]
         for item in got:
             assert item == {**EVERY_TYPE, "ss": item["ss"], "ns": item["ns"], "bs": item["bs"]}
             assert sorted(item["ss"]["SS"]) == ["a", "b"] and sorted(item["ns"]["NS"]) == ["1", "2.5"]

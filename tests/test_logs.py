@@ -1,4 +1,5 @@
 """Structured logs: JSON lines with ids and counts, never chat text or exception messages."""
+
 from __future__ import annotations
 
 import json
@@ -13,8 +14,12 @@ class TestEvents:
     def test_an_event_is_one_json_line_with_its_fields(self, capsys):
         logs.event("turn.saved", session_id="S1", outcome="done", output_tokens=480)
         line = json.loads(capsys.readouterr().err.strip().splitlines()[-1])
-        assert (line["event"], line["level"], line["session_id"], line["output_tokens"]) == \
-            ("turn.saved", "info", "S1", 480)
+        assert (line["event"], line["level"], line["session_id"], line["output_tokens"]) == (
+            "turn.saved",
+            "info",
+            "S1",
+            480,
+        )
 
     def test_fields_that_would_carry_chat_text_are_refused(self):
         with pytest.raises(ValueError, match="answer"):
@@ -41,14 +46,25 @@ class TestWhatIsLogged:
         from lib.model.models import DemoModel
         from lib.turn.turns import begin_turn
 
-        turn = begin_turn(store, DemoModel(delay_s=0), "ann@example.com", None, "my secret plan", [],
-                          system_prompt_id="default-v1", budget_tokens=4000)
+        turn = begin_turn(
+            store,
+            DemoModel(delay_s=0),
+            "ann@example.com",
+            None,
+            "my secret plan",
+            [],
+            system_prompt_id="default-v1",
+            budget_tokens=4000,
+        )
         list(turn)
         turn.close()
         err = capsys.readouterr().err
         (line,) = [json.loads(x) for x in err.splitlines() if '"turn.saved"' in x]
-        assert (line["session_id"], line["message_id"], line["outcome"]) == \
-            (turn.session.session_id, turn.message.message_id, "done")
+        assert (line["session_id"], line["message_id"], line["outcome"]) == (
+            turn.session.session_id,
+            turn.message.message_id,
+            "done",
+        )
         assert line["output_tokens"] > 0 and "secret plan" not in err
 
     def test_an_admin_command_logs_its_start_and_end(self, table, monkeypatch, capsys):

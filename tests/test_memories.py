@@ -1,4 +1,5 @@
 """Memories: from what the user wrote only, add-only, de-duplicated, capped, switchable, injected as a block."""
+
 import threading
 
 import pytest
@@ -7,10 +8,10 @@ from lib.config import Settings
 from lib.context.cache import ContextCache
 from lib.context.engine import ContextEngine
 from lib.context.memories import BLOCK_HEADER, rule_facts
+from lib.model.models import DemoModel
 from lib.ops.invariants import check_user
 from lib.storage import keys
-from lib.storage.memories import MemoryStore, memory_id
-from lib.model.models import DemoModel
+from lib.storage.memories import memory_id
 
 U, OTHER = "mia@example.com", "noa@example.com"
 
@@ -29,15 +30,23 @@ def answered(store, question, answer="Sure.", user=U, session=None):
         session, message = store.create_session(user, question, system_prompt_id="default-v1")
     else:
         session, message = store.send_message(user, session, question, system_prompt_id="default-v1")
-    return session, store.finish_message(user, message, output_body=answer, input_token=1, output_token=1,
-                                         response_start_time=message.create_time,
-                                         response_end_time=message.create_time)
+    return session, store.finish_message(
+        user,
+        message,
+        output_body=answer,
+        input_token=1,
+        output_token=1,
+        response_start_time=message.create_time,
+        response_end_time=message.create_time,
+    )
 
 
 class TestRules:
     def test_first_person_durable_statements_are_kept_and_questions_are_not(self):
-        assert rule_facts("I prefer tabs over spaces. What is a ULID? My manager is Dana Lee.") == \
-            ["I prefer tabs over spaces.", "My manager is Dana Lee."]
+        assert rule_facts("I prefer tabs over spaces. What is a ULID? My manager is Dana Lee.") == [
+            "I prefer tabs over spaces.",
+            "My manager is Dana Lee.",
+        ]
         assert rule_facts("How do I prefer one index over another?") == []
         assert rule_facts("I'm trying to fix a flaky test. I'm a staff engineer.") == ["I'm a staff engineer."]
         assert rule_facts("我叫王芳。我们决定用PostgreSQL。这个怎么写？") == ["我叫王芳。", "我们决定用PostgreSQL。"]
@@ -45,16 +54,25 @@ class TestRules:
 
 class TestExtraction:
     def test_only_the_users_words_become_memories_with_the_seed_shape(self, engine, store, client, table):
-        session, message = answered(store, "We decided to ship on Fridays. Any tips?",
-                                    answer="I always recommend you never ship on Fridays. My name is Claude.")
+        session, message = answered(
+            store,
+            "We decided to ship on Fridays. Any tips?",
+            answer="I always recommend you never ship on Fridays. My name is Claude.",
+        )
         outcome = engine.extract_memories_after_save(ContextCache(), U, message)
         assert [m.text for m in outcome.added] == ["We decided to ship on Fridays."]
-        item = client.get_item(TableName=table, Key={"pk": {"S": keys.user_pk(U)},
-                                                     "sk": {"S": "MEM#" + memory_id("We decided to ship on Fridays.")}})["Item"]
+        item = client.get_item(
+            TableName=table,
+            Key={"pk": {"S": keys.user_pk(U)}, "sk": {"S": "MEM#" + memory_id("We decided to ship on Fridays.")}},
+        )["Item"]
         assert {k: list(v.values())[0] for k, v in item.items() if k not in ("pk", "sk")} == {
-            "user_id": U, "kind": "memory", "text": "We decided to ship on Fridays.",
-            "source_session_id": session.session_id, "source_message_id": message.message_id,
-            "create_time": message.create_time}
+            "user_id": U,
+            "kind": "memory",
+            "text": "We decided to ship on Fridays.",
+            "source_session_id": session.session_id,
+            "source_message_id": message.message_id,
+            "create_time": message.create_time,
+        }
         assert check_user(client, table, U).ok  # the checker knows MEM# and PREF# records
 
     def test_the_same_fact_again_is_not_added_twice(self, engine, store):
@@ -98,8 +116,9 @@ class TestExtraction:
         cache = ContextCache()
         _, later = answered(store, "I prefer light mode now.", session=session)
         assert engine.extract_memories_after_save(cache, U, later).added == []
-        context = engine.context(cache, U, None, "which mode?", [], summary=None, system_prompt_id="default-v1",
-                                 budget=2000)
+        context = engine.context(
+            cache, U, None, "which mode?", [], summary=None, system_prompt_id="default-v1", budget=2000
+        )
         assert BLOCK_HEADER not in context.prompt.system
         assert [m.text for m in engine.memories.load(U)[0]] == ["I prefer dark mode."]
 
@@ -115,14 +134,32 @@ class TestInjection:
         engine.extract_memories_after_save(ContextCache(), U, message)
         cache = ContextCache()
         requests.reset()
-        first = engine.context(cache, U, session, "who is my manager?", [message], summary=None,
-                               system_prompt_id="default-v1", budget=2000, earlier_turns=1)
+        first = engine.context(
+            cache,
+            U,
+            session,
+            "who is my manager?",
+            [message],
+            summary=None,
+            system_prompt_id="default-v1",
+            budget=2000,
+            earlier_turns=1,
+        )
         assert requests.names == ["Query"]  # the memories; the chat fits, so no older turns are read
         assert "- [" in first.prompt.system and "My manager is Dana Lee." in first.prompt.system
         assert first.memory_ids == (memory_id("My manager is Dana Lee."),)
         requests.reset()
-        engine.context(cache, U, session, "and again?", [message], summary=None, system_prompt_id="default-v1",
-                       budget=2000, earlier_turns=1)
+        engine.context(
+            cache,
+            U,
+            session,
+            "and again?",
+            [message],
+            summary=None,
+            system_prompt_id="default-v1",
+            budget=2000,
+            earlier_turns=1,
+        )
         assert requests.names == []  # cached for the browser session
 
     def test_edit_and_delete(self, engine, store):
@@ -133,5 +170,6 @@ class TestInjection:
         engine.memories.delete(U, edited.memory_id)
         assert engine.memories.load(U)[0] == []
         from lib.storage.memories import MemoryNotFound
+
         with pytest.raises(MemoryNotFound):
             engine.memories.edit(U, memory, "resurrected")

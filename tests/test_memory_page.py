@@ -1,11 +1,11 @@
 """The Memory page through AppTest: list, edit, delete, the off switch; only the signed-in user's memories."""
+
 from pathlib import Path
 
 import pytest
 from streamlit.testing.v1 import AppTest
 
 from lib.config import Settings
-from lib.context.engine import ContextEngine
 from lib.web import ui
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
@@ -15,7 +15,7 @@ DEV = "dev@localhost"
 @pytest.fixture
 def engine(app_env):
     svc = ui._services(Settings.load())
-    return ContextEngine.from_services(svc)
+    return svc.engine
 
 
 def svc_item(user, memory):
@@ -24,8 +24,11 @@ def svc_item(user, memory):
     from lib.storage.gateway import from_item, to_item
 
     svc = ui._services(Settings.load())
-    return from_item(svc.database.client.get_item(TableName=svc.database.table, ConsistentRead=True,
-                                                  Key=to_item(keys.memory_key(user, memory.memory_id)))["Item"])
+    return from_item(
+        svc.database.client.get_item(
+            TableName=svc.database.table, ConsistentRead=True, Key=to_item(keys.memory_key(user, memory.memory_id))
+        )["Item"]
+    )
 
 
 def memory_page() -> AppTest:
@@ -49,16 +52,18 @@ class TestMemoryPage:
 
     def test_lists_newest_first_and_only_the_signed_in_users(self, engine):
         engine.memories.add(DEV, "I prefer tabs.", session_id=None, message_id=None, at="2026-11-01T00:00:00.000Z")
-        engine.memories.add(DEV, "My team is Payments.", session_id=None, message_id=None,
-                            at="2026-11-02T00:00:00.000Z")
+        engine.memories.add(
+            DEV, "My team is Payments.", session_id=None, message_id=None, at="2026-11-02T00:00:00.000Z"
+        )
         engine.memories.add("someone@else.com", "My salary is secret.", session_id=None, message_id=None)
         at = memory_page()
         assert shown(at) == ["My team is Payments.", "I prefer tabs."]
 
     def test_edit_and_delete_change_the_stored_memories(self, engine):
         engine.memories.add(DEV, "I use vim.", session_id=None, message_id=None)
-        engine.memories.add(DEV, "My team is Payments.", session_id=None, message_id=None,
-                            at="2000-01-01T00:00:00.000Z")
+        engine.memories.add(
+            DEV, "My team is Payments.", session_id=None, message_id=None, at="2000-01-01T00:00:00.000Z"
+        )
         at = memory_page()
         (area,) = [t for t in at.text_area if t.value == "I use vim."]
         area.set_value("I use neovim.")

@@ -1,4 +1,5 @@
 """The model providers: the real anthropic SDK against a local fake server, the demo model, errors."""
+
 import pytest
 
 from lib.config import Settings
@@ -18,9 +19,18 @@ def fake():
 
 
 def anthropic_model(fake, retries=2, **settings):
-    return make_model(Settings.load(env={"ANTHROPIC_API_KEY": "sk-test", "CHAT_ANTHROPIC_BASE_URL": fake.url,
-                                         "CHAT_MODEL_MAX_RETRIES": str(retries), "CHAT_MODEL": "claude-test",
-                                         **settings}, secrets={}))
+    return make_model(
+        Settings.load(
+            env={
+                "ANTHROPIC_API_KEY": "sk-test",
+                "CHAT_ANTHROPIC_BASE_URL": fake.url,
+                "CHAT_MODEL_MAX_RETRIES": str(retries),
+                "CHAT_MODEL": "claude-test",
+                **settings,
+            },
+            secrets={},
+        )
+    )
 
 
 def finished_within(seconds, call):
@@ -75,8 +85,12 @@ class TestAnthropicProvider:
     def test_sends_system_prompt_model_and_conversation(self, fake):
         list(anthropic_model(fake).stream(PROMPT))
         body = fake.requests[0]["body"]
-        assert (body["model"], body["system"], body["messages"], body["stream"]) == \
-            ("claude-test", "Be brief.", PROMPT.messages, True)
+        assert (body["model"], body["system"], body["messages"], body["stream"]) == (
+            "claude-test",
+            "Be brief.",
+            PROMPT.messages,
+            True,
+        )
         headers = fake.requests[0]["headers"]
         assert "sk-test" in headers.get("x-api-key", "") + headers.get("authorization", "")
 
@@ -84,7 +98,9 @@ class TestAnthropicProvider:
         fake.enqueue(Behaviour("drop", chunks=["Partial ", "answer"]))
         reply = anthropic_model(fake).stream(PROMPT)
         seen = []
-        with pytest.raises(ModelError, match="connection to the model dropped.*part of the answer that arrived is kept"):
+        with pytest.raises(
+            ModelError, match="connection to the model dropped.*part of the answer that arrived is kept"
+        ):
             for chunk in reply:
                 seen.append(chunk)
         assert reply.text == "Partial answer" == "".join(seen) and not reply.complete
@@ -124,9 +140,18 @@ class TestBedrockProvider:
     Bedrock's event-stream framing of the answer is not exercised (moto cannot serve it)."""
 
     def test_bedrock_request_goes_to_the_model_id_in_the_configured_region(self, fake):
-        model = make_model(Settings.load(env={"CHAT_MODEL_PROVIDER": "bedrock", "CHAT_REGION": "eu-central-1", "CHAT_BEDROCK_MODEL": "anthropic.test-v1:0",
-                                              "CHAT_BEDROCK_BASE_URL": fake.url, "CHAT_MODEL_MAX_RETRIES": "0"},
-                                         secrets={}))
+        model = make_model(
+            Settings.load(
+                env={
+                    "CHAT_MODEL_PROVIDER": "bedrock",
+                    "CHAT_REGION": "eu-central-1",
+                    "CHAT_BEDROCK_MODEL": "anthropic.test-v1:0",
+                    "CHAT_BEDROCK_BASE_URL": fake.url,
+                    "CHAT_MODEL_MAX_RETRIES": "0",
+                },
+                secrets={},
+            )
+        )
         assert model.provider == "bedrock" and model._client.aws_region == "eu-central-1"
         with pytest.raises(ModelError):
             list(model.stream(PROMPT))  # our fake speaks SSE, not Bedrock's binary event stream
@@ -150,8 +175,13 @@ class TestDemoModel:
     def test_titles_come_from_the_question(self):
         title, _ = DemoModel().title("how do I store chat history in DynamoDB?", "")
         assert title == "How do I store chat history in DynamoDB"
-        assert DemoModel().title("Review this function for bugs: def add(a, b): return a - b if a else b", "")[0] == \
-            "Review this function for bugs"
-        assert DemoModel().title("Please write a long and careful design document for the new billing "
-                                 "service and its queues", "")[0] == \
-            "Please write a long and careful design document"
+        assert (
+            DemoModel().title("Review this function for bugs: def add(a, b): return a - b if a else b", "")[0]
+            == "Review this function for bugs"
+        )
+        assert (
+            DemoModel().title(
+                "Please write a long and careful design document for the new billing service and its queues", ""
+            )[0]
+            == "Please write a long and careful design document"
+        )

@@ -1,5 +1,6 @@
 """Operator commands on a real table: check finds everything, repair fixes what is mechanical, purge,
 export, retention and the pending sweep keep the per-session invariants, and resume after a crash."""
+
 from __future__ import annotations
 
 import datetime as dt
@@ -13,16 +14,24 @@ from lib.ops import deletion
 from lib.ops.invariants import check_all, check_user
 from lib.ops.repair import repair
 from lib.ops.retention import retention, sweep_pending
-from lib.ops.users import export_user, purge_user, rebuild_registry, registered_users, summarize
+from lib.ops.users import (
+    export_user,
+    purge_user,
+    rebuild_registry,
+    registered_users,
+    summarize,
+)
 from lib.storage import keys
-from lib.storage.gateway import Gateway, from_item, to_item
+from lib.storage.gateway import from_item, to_item
+from lib.storage.operator import Operator
+from lib.storage.records import INTERRUPTED
 
 ANN, BOB = "ann@example.com", "bob@example.com"
 
 
 @pytest.fixture
-def db(client, table, meter) -> Gateway:
-    return Gateway(client, table, meter)
+def db(client, table, meter) -> Operator:
+    return Operator(client, table, meter)
 
 
 def chats(store, user, sessions=2, turns=3, *, at=None):
@@ -32,8 +41,15 @@ def chats(store, user, sessions=2, turns=3, *, at=None):
         for s in range(sessions):
             session, message = store.create_session(user, f"{user} chat {s}", system_prompt_id="p")
             for t in range(turns):
-                store.finish_message(user, message, output_body=f"answer {t}", input_token=1, output_token=1,
-                                     response_start_time=message.create_time, response_end_time=message.create_time)
+                store.finish_message(
+                    user,
+                    message,
+                    output_body=f"answer {t}",
+                    input_token=1,
+                    output_token=1,
+                    response_start_time=message.create_time,
+                    response_end_time=message.create_time,
+                )
                 if t < turns - 1:
                     session, message = store.send_message(user, session, f"question {t + 1}", system_prompt_id="p")
             made.append(session)
@@ -53,16 +69,20 @@ def everything(client, table) -> list[dict]:
 
 
 def user_items(client, table, user) -> list[dict]:
-    return [i for i in everything(client, table)
-            if i["pk"].startswith(keys.user_pk(user) + "#") or i["pk"] == keys.user_pk(user)]
+    return [
+        i
+        for i in everything(client, table)
+        if i["pk"].startswith(keys.user_pk(user) + "#") or i["pk"] == keys.user_pk(user)
+    ]
 
 
 class TestCheck:
     def test_turns_without_a_meta_or_row_are_found_by_a_deep_check_and_by_all(self, store, client, table, db):
         (session,) = chats(store, ANN, sessions=1)
         client.delete_item(TableName=table, Key=to_item(keys.meta_key(ANN, session.session_id)))
-        client.delete_item(TableName=table, Key=to_item(keys.list_key(ANN, session.last_message_time,
-                                                                      session.session_id)))
+        client.delete_item(
+            TableName=table, Key=to_item(keys.list_key(ANN, session.last_message_time, session.session_id))
+        )
         assert check_user(client, table, ANN).ok  # invisible from the sidebar rows alone
         deep = check_user(client, table, ANN, deep=True)
         assert [p.what for p in deep.problems] == ["3 turns but no meta (orphaned turns)"]
@@ -71,20 +91,27 @@ class TestCheck:
 
     def test_a_meta_without_a_row_and_an_unknown_record_are_violations(self, store, client, table):
         (session, other) = chats(store, ANN)
-        client.delete_item(TableName=table, Key=to_item(keys.list_key(ANN, session.last_message_time,
-                                                                      session.session_id)))
+        client.delete_item(
+            TableName=table, Key=to_item(keys.list_key(ANN, session.last_message_time, session.session_id))
+        )
         client.put_item(TableName=table, Item=to_item({"pk": keys.session_pk(ANN, other.session_id), "sk": "ODD#1"}))
         found = set(check_user(client, table, ANN, deep=True).violations)
-        assert found == {f"session {other.session_id}: unknown record 'ODD#1'",
-                         f"session {session.session_id}: has 0 sidebar rows"}
+        assert found == {
+            f"session {other.session_id}: unknown record 'ODD#1'",
+            f"session {session.session_id}: has 0 sidebar rows",
+        }
 
     def test_the_cli_exits_1_on_a_violation_and_0_when_healthy(self, store, client, table, monkeypatch, capsys):
         monkeypatch.setenv("CHAT_TABLE", table)
         monkeypatch.setenv("CHAT_DATA_DIR", ":memory:")
         (session,) = chats(store, ANN, sessions=1)
         assert admin.main(["check", "--user", ANN]) == 0
-        client.update_item(TableName=table, Key=to_item(keys.meta_key(ANN, session.session_id)),
-                           UpdateExpression="SET message_count = :n", ExpressionAttributeValues=to_item({":n": 7}))
+        client.update_item(
+            TableName=table,
+            Key=to_item(keys.meta_key(ANN, session.session_id)),
+            UpdateExpression="SET message_count = :n",
+            ExpressionAttributeValues=to_item({":n": 7}),
+        )
         assert admin.main(["check", "--all"]) == 1
         assert "message_count 7, 3 turns stored" in capsys.readouterr().out
 
@@ -93,13 +120,25 @@ class TestRepair:
     def break_everything(self, store, client, table):
         orphan, moved, counted = chats(store, ANN, sessions=3)
         client.delete_item(TableName=table, Key=to_item(keys.meta_key(ANN, orphan.session_id)))
-        client.delete_item(TableName=table, Key=to_item(keys.list_key(ANN, orphan.last_message_time,
-                                                                      orphan.session_id)))
-        client.put_item(TableName=table, Item=to_item({**keys.list_key(ANN, "2001-01-01T00:00:00.000Z",
-                                                                       moved.session_id),
-                                                       "session_id": moved.session_id, "title": "stale copy"}))
-        client.update_item(TableName=table, Key=to_item(keys.meta_key(ANN, counted.session_id)),
-                           UpdateExpression="SET message_count = :n", ExpressionAttributeValues=to_item({":n": 9}))
+        client.delete_item(
+            TableName=table, Key=to_item(keys.list_key(ANN, orphan.last_message_time, orphan.session_id))
+        )
+        client.put_item(
+            TableName=table,
+            Item=to_item(
+                {
+                    **keys.list_key(ANN, "2001-01-01T00:00:00.000Z", moved.session_id),
+                    "session_id": moved.session_id,
+                    "title": "stale copy",
+                }
+            ),
+        )
+        client.update_item(
+            TableName=table,
+            Key=to_item(keys.meta_key(ANN, counted.session_id)),
+            UpdateExpression="SET message_count = :n",
+            ExpressionAttributeValues=to_item({":n": 9}),
+        )
         return orphan, moved, counted
 
     def test_a_dry_run_changes_nothing(self, store, client, table, db):
@@ -121,8 +160,12 @@ class TestRepair:
 
     def test_a_session_that_changed_since_the_check_is_skipped(self, store, client, table, db):
         (session,) = chats(store, ANN, sessions=1)
-        client.update_item(TableName=table, Key=to_item(keys.meta_key(ANN, session.session_id)),
-                           UpdateExpression="SET message_count = :n", ExpressionAttributeValues=to_item({":n": 9}))
+        client.update_item(
+            TableName=table,
+            Key=to_item(keys.meta_key(ANN, session.session_id)),
+            UpdateExpression="SET message_count = :n",
+            ExpressionAttributeValues=to_item({":n": 9}),
+        )
         report = check_user(client, table, ANN)
         store.send_message(ANN, session, "a send after the check", system_prompt_id="p")
         (outcome,) = repair(db, report, dry_run=False)
@@ -209,7 +252,7 @@ class TestExport:
 
 class TestRetention:
     def test_old_sessions_go_whole_and_recent_ones_stay(self, store, client, table, db):
-        now = dt.datetime(2026, 11, 30, tzinfo=dt.timezone.utc)
+        now = dt.datetime(2026, 11, 30, tzinfo=dt.UTC)
         (old,) = chats(store, ANN, sessions=1, at=now - dt.timedelta(days=100))
         (recent,) = chats(store, ANN, sessions=1, at=now - dt.timedelta(days=10))
         assert retention(db, 90, dry_run=True, now=now)[ANN].session_ids == [old.session_id]
@@ -226,13 +269,33 @@ class TestRetention:
 
 class TestSweepPending:
     def test_only_turns_pending_past_the_cutoff_are_marked_failed(self, store, db):
-        now = dt.datetime(2026, 11, 30, 12, tzinfo=dt.timezone.utc)
+        now = dt.datetime(2026, 11, 30, 12, tzinfo=dt.UTC)
         with keys.clock(lambda: now - dt.timedelta(hours=2)):
             stuck_session, stuck = store.create_session(ANN, "left pending by a crash", system_prompt_id="p")
         with keys.clock(lambda: now - dt.timedelta(seconds=30)):
-            live_session, live = store.create_session(ANN, "being answered now", system_prompt_id="p")
-        assert sweep_pending(db, 600, dry_run=True, now=now).found == [(ANN, stuck_session.session_id, stuck.message_id)]
+            live_session, _live = store.create_session(ANN, "being answered now", system_prompt_id="p")
+        assert sweep_pending(db, 600, dry_run=True, now=now).found == [
+            (ANN, stuck_session.session_id, stuck.message_id)
+        ]
         swept = sweep_pending(db, 600, dry_run=False, now=now)
         assert swept.marked == 1
-        assert store.open_session(ANN, stuck_session.session_id).messages[0].status == "failed"
+        failed = store.open_session(ANN, stuck_session.session_id).messages[0]
+        assert (failed.status, failed.error) == ("failed", INTERRUPTED)  # the sentence the page shows when stale
         assert store.open_session(ANN, live_session.session_id).messages[0].status == "pending"
+
+    def test_a_turn_a_retry_restarts_after_the_sweep_looked_is_left_pending(self, store, db, monkeypatch):
+        now = dt.datetime(2026, 11, 30, 12, tzinfo=dt.UTC)
+        with keys.clock(lambda: now - dt.timedelta(hours=2)):
+            session, stuck = store.create_session(ANN, "left pending by a crash", system_prompt_id="p")
+        listed = Operator.pending_turns
+
+        def then_retried(self, user_id, session_id):
+            found = listed(self, user_id, session_id)
+            with keys.clock(lambda: now):
+                store.restart_message(ANN, stuck)  # the user clicks Retry between the sweep's read and its write
+            return found
+
+        monkeypatch.setattr(Operator, "pending_turns", then_retried)
+        swept = sweep_pending(db, 600, dry_run=False, now=now)
+        assert (swept.marked, swept.changed_meanwhile) == (0, 1)
+        assert store.open_session(ANN, session.session_id).messages[0].status == "pending"

@@ -1,5 +1,6 @@
 """Semantic search: the offline and Bedrock embedders, vector items written after a turn is saved, memories'
 vectors, hybrid search scoped to the signed-in user, and what it costs (all on the embedded server)."""
+
 from __future__ import annotations
 
 import socket
@@ -8,7 +9,12 @@ import pytest
 
 from lib.config import Settings
 from lib.search import embedders
-from lib.search.embedders import BedrockEmbedder, EmbedError, LocalEmbedder, make_embedder
+from lib.search.embedders import (
+    BedrockEmbedder,
+    EmbedError,
+    LocalEmbedder,
+    make_embedder,
+)
 from lib.search.hybrid import highlight, search_chats
 from lib.search.indexer import Indexer, index_turn_after_save, reindex_user
 from lib.storage import keys
@@ -27,8 +33,15 @@ FACTS = [
 
 def finished_chat(store, user: str, question: str, answer: str):
     session, message = store.create_session(user, question, system_prompt_id="p")
-    done = store.finish_message(user, message, output_body=answer, input_token=1, output_token=1,
-                                response_start_time=message.create_time, response_end_time=message.create_time)
+    done = store.finish_message(
+        user,
+        message,
+        output_body=answer,
+        input_token=1,
+        output_token=1,
+        response_start_time=message.create_time,
+        response_end_time=message.create_time,
+    )
     return session, done
 
 
@@ -38,8 +51,11 @@ def indexer(client, table, meter) -> Indexer:
 
 
 def vector_items(client, table, user: str) -> list[dict]:
-    items = client.query(TableName=table, KeyConditionExpression="pk = :pk AND begins_with(sk, :p)",
-                         ExpressionAttributeValues=to_item({":pk": keys.user_pk(user), ":p": "VEC#"}))["Items"]
+    items = client.query(
+        TableName=table,
+        KeyConditionExpression="pk = :pk AND begins_with(sk, :p)",
+        ExpressionAttributeValues=to_item({":pk": keys.user_pk(user), ":p": "VEC#"}),
+    )["Items"]
     return [from_item(i) for i in items]
 
 
@@ -50,11 +66,15 @@ def test_the_local_embedder_loads_the_bundled_weights_with_no_network(monkeypatc
     monkeypatch.setattr(socket.socket, "connect", refuse)
     monkeypatch.setattr(socket, "create_connection", refuse)
     monkeypatch.setattr(LocalEmbedder, "_model", None)
-    out = LocalEmbedder().embed(["deploy the billing service", "ship billing to staging", "sourdough bread"],
-                                "document")
+    out = LocalEmbedder().embed(
+        ["deploy the billing service", "ship billing to staging", "sourdough bread"], "document"
+    )
     assert [len(v) for v in out.vectors] == [256, 256, 256]
     a, b, c = out.vectors
-    cos = lambda x, y: sum(p * q for p, q in zip(x, y))  # noqa: E731 (unit vectors)
+
+    def cos(x, y):
+        return sum(p * q for p, q in zip(x, y))
+
     assert cos(a, b) > cos(a, c)
 
 
@@ -64,8 +84,12 @@ def test_a_saved_turn_gets_one_searchable_vector_item_idempotently(store, indexe
     assert index_turn_after_save(indexer, "u-1", session.title, message)  # idempotent: the same key
     (item,) = vector_items(client, table, "u-1")
     assert item["sk"] == f"VEC#{session.session_id}#{message.message_id}"
-    assert (item["user_id"], item["kind"], item["session_id"], item["message_id"]) == \
-        ("u-1", "turn", session.session_id, message.message_id)
+    assert (item["user_id"], item["kind"], item["session_id"], item["message_id"]) == (
+        "u-1",
+        "turn",
+        session.session_id,
+        message.message_id,
+    )
     assert item["embed_model"] == "wordllama-l2_supercat-256" and len(item["embedding"]) == 256
     assert item["title"] == session.title and item["snippet"].startswith(FACTS[0][0])
 
@@ -76,9 +100,15 @@ def test_a_failed_turn_has_no_vector_until_its_retry_is_answered(store, indexer,
     assert not index_turn_after_save(indexer, "u-1", session.title, failed)
     assert vector_items(client, table, "u-1") == []
     retried = store.restart_message("u-1", failed)
-    again = store.finish_message("u-1", retried, output_body="Use the new release train instead.", input_token=1,
-                                 output_token=1, response_start_time=retried.create_time,
-                                 response_end_time=retried.create_time)
+    again = store.finish_message(
+        "u-1",
+        retried,
+        output_body="Use the new release train instead.",
+        input_token=1,
+        output_token=1,
+        response_start_time=retried.create_time,
+        response_end_time=retried.create_time,
+    )
     assert index_turn_after_save(indexer, "u-1", session.title, again)
     (item,) = vector_items(client, table, "u-1")
     assert "release train" in item["snippet"] and item["message_id"] == message.message_id
@@ -90,8 +120,10 @@ def test_every_vector_item_is_searchable(store, indexer, client, table):
         index_turn_after_save(indexer, "u-1", session.title, message)
     written = {i["sk"] for i in vector_items(client, table, "u-1")}
     found = VectorStore(indexer.db).search("u-1", [1.0] + [0.0] * 255, 100)
-    assert len(written) == 3 and {keys.vector_key("u-1", h.item["session_id"], h.item["message_id"])["sk"]
-                                  for h in found} == written
+    assert (
+        len(written) == 3
+        and {keys.vector_key("u-1", h.item["session_id"], h.item["message_id"])["sk"] for h in found} == written
+    )
 
 
 def test_hybrid_search_finds_the_paraphrased_turn_first(store, indexer):
@@ -113,8 +145,9 @@ def test_empty_and_one_character_queries_search_nothing(indexer, requests, query
 def test_a_huge_or_hostile_query_is_cut_and_searched_harmlessly(store, indexer):
     session, message = finished_chat(store, "u-1", *FACTS[0])
     index_turn_after_save(indexer, "u-1", session.title, message)
-    outcome = search_chats(indexer.vectors, indexer.embedder, "u-1", "<img src=x onerror=alert(1)> ![a](http://x) "
-                           + "deploy " * 500)
+    outcome = search_chats(
+        indexer.vectors, indexer.embedder, "u-1", "<img src=x onerror=alert(1)> ![a](http://x) " + "deploy " * 500
+    )
     assert len(outcome.query) == 500 and "first 500 characters" in outcome.note
     assert [r.message_id for r in outcome.results] == [message.message_id]
 
@@ -145,8 +178,9 @@ def test_memory_vectors_follow_edits_and_deletes(client, table, meter, indexer):
     memories = MemoryStore(client, table, meter)
     memory = memories.add("u-1", "I am the on-call lead for the payments team", session_id=None, message_id=None)
     assert indexer.index_memory("u-1", memory)
-    hits = VectorStore(indexer.db).search("u-1", LocalEmbedder().embed(["payments on-call"], "query").vectors[0], 5,
-                                          kind="memory")
+    hits = VectorStore(indexer.db).search(
+        "u-1", LocalEmbedder().embed(["payments on-call"], "query").vectors[0], 5, kind="memory"
+    )
     assert [h.item["sk"] for h in hits] == [keys.memory_key("u-1", memory.memory_id)["sk"]]
     edited = memories.edit("u-1", memory, "I am the on-call lead for the search team")
     assert VectorStore(indexer.db).search("u-1", [0.1] * 256, 5, kind="memory") == []  # the stale vector is gone
@@ -183,7 +217,11 @@ def test_index_and_search_are_metered_in_vector_bytes(store, indexer, client, ta
 
 def test_highlight_marks_words_and_cjk_runs_as_plain_segments():
     assert highlight("Deploying the billing service", "deploy billing") == [
-        ("Deploying", True), (" the ", False), ("billing", True), (" service", False)]
+        ("Deploying", True),
+        (" the ", False),
+        ("billing", True),
+        (" service", False),
+    ]
     assert highlight("帮我约周三下午开会", "周三下午") == [("帮我约", False), ("周三下午", True), ("开会", False)]
     assert highlight("nothing here", "") == [("nothing here", False)]
 
@@ -196,8 +234,14 @@ class TestBedrock:
         fake.close()
 
     def settings(self, fake, **extra) -> Settings:
-        env = {"CHAT_EMBED_PROVIDER": "bedrock", "CHAT_EMBED_BASE_URL": fake.url, "CHAT_EMBED_REGION": "us-west-2",
-               "AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "y", **extra}
+        env = {
+            "CHAT_EMBED_PROVIDER": "bedrock",
+            "CHAT_EMBED_BASE_URL": fake.url,
+            "CHAT_EMBED_REGION": "us-west-2",
+            "AWS_ACCESS_KEY_ID": "x",
+            "AWS_SECRET_ACCESS_KEY": "y",
+            **extra,
+        }
         return Settings.load(env, {}, for_operator=True)
 
     def test_cohere_v4_documents_and_queries(self, fake, monkeypatch):
@@ -209,17 +253,25 @@ class TestBedrock:
         assert [len(v) for v in out.vectors] == [512, 512] and out.tokens == 11
         doc, query = fake.requests
         assert doc["path"] == "/model/us.cohere.embed-v4:0/invoke"
-        assert doc["body"] == {"texts": ["stored text", "more"], "input_type": "search_document",
-                               "output_dimension": 512, "embedding_types": ["float"], "truncate": "RIGHT"}
+        assert doc["body"] == {
+            "texts": ["stored text", "more"],
+            "input_type": "search_document",
+            "output_dimension": 512,
+            "embedding_types": ["float"],
+            "truncate": "RIGHT",
+        }
         assert query["body"]["input_type"] == "search_query"
         assert "us-west-2/bedrock/aws4_request" in doc["headers"]["authorization"]
 
     def test_titan_v2(self, fake):
-        embedder = make_embedder(self.settings(fake, CHAT_EMBED_MODEL="amazon.titan-embed-text-v2:0",
-                                               CHAT_EMBED_DIMENSIONS="256"))
+        embedder = make_embedder(
+            self.settings(fake, CHAT_EMBED_MODEL="amazon.titan-embed-text-v2:0", CHAT_EMBED_DIMENSIONS="256")
+        )
         out = embedder.embed(["one", "two"], "query")
-        assert [r["body"] for r in fake.requests] == [{"inputText": "one", "dimensions": 256, "normalize": True},
-                                                      {"inputText": "two", "dimensions": 256, "normalize": True}]
+        assert [r["body"] for r in fake.requests] == [
+            {"inputText": "one", "dimensions": 256, "normalize": True},
+            {"inputText": "two", "dimensions": 256, "normalize": True},
+        ]
         assert out.tokens == 22 and out.vectors[0] == [0.5] * 256
 
     def test_a_refusal_is_an_embed_error_and_indexing_skips_the_turn(self, fake, store, client, table, meter):
@@ -228,8 +280,9 @@ class TestBedrock:
         with pytest.raises(EmbedError):
             embedder.embed(["x"], "document")
         session, message = finished_chat(store, "u-1", *FACTS[0])
-        assert not index_turn_after_save(Indexer(Gateway(client, table, meter), embedder), "u-1", session.title,
-                                         message)
+        assert not index_turn_after_save(
+            Indexer(Gateway(client, table, meter), embedder), "u-1", session.title, message
+        )
         assert vector_items(client, table, "u-1") == []
 
 
@@ -239,8 +292,15 @@ def test_settings_refuse_dimensions_the_model_cannot_give():
     with pytest.raises(ConfigError, match="256"):
         Settings.load({"CHAT_EMBED_DIMENSIONS": "512"}, {}, for_operator=True)
     with pytest.raises(ConfigError, match="256, 512, 1024"):
-        Settings.load({"CHAT_EMBED_PROVIDER": "bedrock", "CHAT_EMBED_MODEL": "amazon.titan-embed-text-v2:0",
-                       "CHAT_EMBED_DIMENSIONS": "1536"}, {}, for_operator=True)
+        Settings.load(
+            {
+                "CHAT_EMBED_PROVIDER": "bedrock",
+                "CHAT_EMBED_MODEL": "amazon.titan-embed-text-v2:0",
+                "CHAT_EMBED_DIMENSIONS": "1536",
+            },
+            {},
+            for_operator=True,
+        )
     assert embedders.make_embedder(Settings.load({"CHAT_EMBED_PROVIDER": "off"}, {}, for_operator=True)) is None
 
 
@@ -253,8 +313,9 @@ def test_an_existing_local_table_gets_the_vector_index_when_the_app_starts(serve
     name = f"old-{uuid.uuid4().hex[:8]}"
     create_table(local_client(server), name, vector_dimensions=None)
     try:
-        database = open_database(Settings.load({"CHAT_TABLE": name, "CHAT_DATA_DIR": ":memory:"}, {},
-                                               for_operator=True))
+        database = open_database(
+            Settings.load({"CHAT_TABLE": name, "CHAT_DATA_DIR": ":memory:"}, {}, for_operator=True)
+        )
         index = vector_index_description(database.client, name)
         assert (index["Dimensions"], index["IndexStatus"], index["Backfilling"]) == (256, "ACTIVE", False)
     finally:
@@ -270,10 +331,52 @@ def test_embedding_tokens_reach_the_ledger_free_locally_unknown_on_bedrock_until
     index_turn_after_save(indexer, "u-1", session.title, message)
     (bucket,) = [b for b in ledger.pending() if b.user == "u-1"]
     assert bucket.counters["tn|wordllama-l2_supercat-256"] == 1 and bucket.counters["ti|wordllama-l2_supercat-256"] > 0
-    assert Prices.from_settings(Settings.load({}, {}, for_operator=True)).model_price(
-        "wordllama-l2_supercat-256") == (0.0, 0.0)
+    assert Prices.from_settings(Settings.load({}, {}, for_operator=True)).model_price("wordllama-l2_supercat-256") == (
+        0.0,
+        0.0,
+    )
     bedrock = Settings.load({"CHAT_EMBED_PROVIDER": "bedrock"}, {}, for_operator=True)
     assert Prices.from_settings(bedrock).model_price("us.cohere.embed-v4:0") is None
-    priced = Settings.load({"CHAT_EMBED_PROVIDER": "bedrock", "CHAT_PRICE_EMBED_PER_M": "0.12"}, {},
-                           for_operator=True)
+    priced = Settings.load({"CHAT_EMBED_PROVIDER": "bedrock", "CHAT_PRICE_EMBED_PER_M": "0.12"}, {}, for_operator=True)
     assert Prices.from_settings(priced).model_price("us.cohere.embed-v4:0") == (0.12, 0.0)
+
+
+def test_a_vector_index_added_while_the_app_runs_is_seen_after_the_negative_answer_expires(server, monkeypatch, capsys):
+    """The app asked once and was told "no index"; an operator adds it with `python -m lib.admin add-vector-index`;
+    the running app's next ask, once the negative answer has expired, finds it without a restart."""
+    import uuid
+    from types import SimpleNamespace
+
+    from lib import admin
+    from lib.database import Database, local_client
+    from lib.search import indexer as indexer_module
+    from lib.search.indexer import searchable_indexer
+    from lib.storage.capacity import Meter
+    from lib.storage.schema import create_table
+
+    name = f"late-{uuid.uuid4().hex[:8]}"
+    create_table(local_client(server), name, vector_dimensions=None)
+    now = [1000.0]
+    monkeypatch.setattr(indexer_module, "_clock", lambda: now[0], raising=False)  # the cache's clock, not sleep
+    monkeypatch.setenv("CHAT_TABLE", name)
+    monkeypatch.setenv("CHAT_DATA_DIR", ":memory:")
+    settings = Settings.load(for_operator=True)
+    meter = Meter(trust_reported=False)
+    running = SimpleNamespace(
+        settings=settings,
+        ledger=None,
+        database=Database(meter.install(local_client(server)), name, meter, "local embedded DynamoDB", local=True),
+    )
+    try:
+        assert searchable_indexer(running) is None  # asked before the index exists
+        assert admin.main(["add-vector-index"]) == 0  # the operator's command, as shipped
+        assert "is searchable" in capsys.readouterr().out
+        now[0] += 1
+        assert searchable_indexer(running) is None  # a negative answer is kept a while: no DescribeTable per run
+        now[0] += 60
+        found = searchable_indexer(running)
+        assert found is not None and found.embedder.dimensions == 256
+        now[0] += 10**6
+        assert searchable_indexer(running) is not None  # a positive answer is kept
+    finally:
+        local_client(server).delete_table(TableName=name)

@@ -1,4 +1,5 @@
 """`python -m lib.admin search / add-vector-index / reindex` on the embedded server (one process, like a shell)."""
+
 from __future__ import annotations
 
 import json
@@ -22,9 +23,15 @@ def env(monkeypatch, server):
 
 def chat(svc, user: str, question: str, answer: str):
     session, message = svc.store.create_session(user, question, system_prompt_id="p")
-    return session, svc.store.finish_message(user, message, output_body=answer, input_token=1, output_token=1,
-                                             response_start_time=message.create_time,
-                                             response_end_time=message.create_time)
+    return session, svc.store.finish_message(
+        user,
+        message,
+        output_body=answer,
+        input_token=1,
+        output_token=1,
+        response_start_time=message.create_time,
+        response_end_time=message.create_time,
+    )
 
 
 def test_reindex_then_search_prints_the_issue_json_for_each_question(env, capsys, tmp_path):
@@ -37,8 +44,7 @@ def test_reindex_then_search_prints_the_issue_json_for_each_question(env, capsys
     assert main(["search", "--user", "alice", "--top", "5", "--json", "--questions", str(questions)]) == 0
     first, second = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert first["query"] == "staging database location"
-    assert [(r["session_id"], r["message_id"]) for r in first["results"]] == [(session.session_id,
-                                                                               message.message_id)]
+    assert [(r["session_id"], r["message_id"]) for r in first["results"]] == [(session.session_id, message.message_id)]
     assert set(first["results"][0]) == {"session_id", "message_id", "title", "snippet", "score"}
     assert second == {"query": "x", "results": []}
 
@@ -51,7 +57,9 @@ def test_search_needs_a_user_and_a_query(env, capsys):
 
 
 def test_add_vector_index_waits_and_probes(env, capsys):
-    assert main(["add-vector-index", "--probe-user", "nobody", "--timeout", "0.5"]) == 2  # nobody has vectors: the probe never finds any
+    assert (
+        main(["add-vector-index", "--probe-user", "nobody", "--timeout", "0.5"]) == 2
+    )  # nobody has vectors: the probe never finds any
     assert main(["add-vector-index", "--timeout", "5"]) == 0
     captured = capsys.readouterr()
     assert "IndexStatus=ACTIVE Backfilling=false" in captured.err and "is searchable (256 dimensions)" in captured.out
@@ -59,10 +67,27 @@ def test_add_vector_index_waits_and_probes(env, capsys):
 
 def test_imported_history_is_searchable_without_a_reindex(env, capsys, tmp_path):
     exported = tmp_path / "chats.json"
-    exported.write_text(json.dumps([{"title": "Garden", "turns": [
-        {"question": "When should I plant tomatoes?", "answer": "After the last frost, in late spring.",
-         "time": "2026-03-01T10:00:00Z"},
-        {"question": "And how deep?", "answer": "Bury two thirds of the stem.", "time": "2026-03-01T10:05:00Z"}]}]))
+    exported.write_text(
+        json.dumps(
+            [
+                {
+                    "title": "Garden",
+                    "turns": [
+                        {
+                            "question": "When should I plant tomatoes?",
+                            "answer": "After the last frost, in late spring.",
+                            "time": "2026-03-01T10:00:00Z",
+                        },
+                        {
+                            "question": "And how deep?",
+                            "answer": "Bury two thirds of the stem.",
+                            "time": "2026-03-01T10:05:00Z",
+                        },
+                    ],
+                }
+            ]
+        )
+    )
     assert main(["import-chat", "--user", "carol", str(exported)]) == 0
     session_id = capsys.readouterr().out.split()[0]
     assert main(["search", "--user", "carol", "--json", "planting tomatoes"]) == 0

@@ -1,5 +1,6 @@
 """The Search page through AppTest: results with title, date, highlighted snippet and a deep link; only the
 signed-in user's chats, whatever the URL says; hostile text shown, never rendered."""
+
 from pathlib import Path
 
 import pytest
@@ -21,8 +22,15 @@ def svc(app_env):
 
 def chat(svc, user: str, question: str, answer: str):
     session, message = svc.store.create_session(user, question, system_prompt_id="p")
-    done = svc.store.finish_message(user, message, output_body=answer, input_token=1, output_token=1,
-                                    response_start_time=message.create_time, response_end_time=message.create_time)
+    done = svc.store.finish_message(
+        user,
+        message,
+        output_body=answer,
+        input_token=1,
+        output_token=1,
+        response_start_time=message.create_time,
+        response_end_time=message.create_time,
+    )
     assert index_turn_after_save(make_indexer(svc), user, session.title, done)
     return session, done
 
@@ -52,22 +60,29 @@ def test_a_result_has_its_title_date_highlighted_snippet_and_a_link_to_the_turn(
     (link,) = links(at)
     assert link == f"**{plain_label(session.title)}** -> ?session={session.session_id}&turn={message.message_id}"
     assert "**rotate**" in " ".join(m.value for m in at.markdown) and "**password**" in " ".join(
-        m.value for m in at.markdown)
+        m.value for m in at.markdown
+    )
     moment = message.create_time
     assert any(c.value.endswith(moment[:4]) for c in at.caption)
 
 
 def test_a_snippet_shows_the_answers_words_not_its_markdown(svc):
-    answer = ("**General**, in three steps:\n\n| step | what to do |\n|---|---|\n| 1 | ask |\n\n_This is turn 3_ of "
-              "`our` chat, see [the docs](http://example.com/d). " + "More words follow here. " * 30)
+    answer = (
+        "**General**, in three steps:\n\n| step | what to do |\n|---|---|\n| 1 | ask |\n\n_This is turn 3_ of "
+        "`our` chat, see [the docs](http://example.com/d). " + "More words follow here. " * 30
+    )
     chat(svc, DEV, "How should we deploy the invoicing service?", answer)
     at = search_page("deploy invoicing")
     (snippet,) = [m.value.replace("\\", "") for m in at.markdown if "General" in m.value]  # unescaped
-    assert snippet.startswith("How should we **deploy** the **invoicing** service? — General, in three steps: step "
-                              "what to do 1 ask This is turn 3 of our chat, see the docs. More words")
+    assert snippet.startswith(
+        "How should we **deploy** the **invoicing** service? — General, in three steps: step "
+        "what to do 1 ask This is turn 3 of our chat, see the docs. More words"
+    )
     assert snippet.endswith(" …") and snippet.split()[-2] in {"More", "words", "follow", "here."}  # cut at a word
-    assert not any(mark in snippet.replace("**deploy**", "").replace("**invoicing**", "")
-                   for mark in ("**", "|", "---", "`", "http"))
+    assert not any(
+        mark in snippet.replace("**deploy**", "").replace("**invoicing**", "")
+        for mark in ("**", "|", "---", "`", "http")
+    )
 
 
 def test_a_result_shows_the_chats_current_title_for_one_more_read(svc):
@@ -80,14 +95,24 @@ def test_a_result_shows_the_chats_current_title_for_one_more_read(svc):
     assert not at.exception
     assert links(at) == [f"**Secrets runbook** -> ?session={session.session_id}&turn={message.message_id}"]
     assert sorted((r.operation, r.action) for r in records if r.action == "search") == [
-        ("BatchGetItem", "search"), ("SearchVectors", "search")]
+        ("BatchGetItem", "search"),
+        ("SearchVectors", "search"),
+    ]
 
 
-@pytest.mark.parametrize("stored, shown", [
-    ("Use `__init__.py` and `*args`, or ```python x = 1 # note a | b``` then", "Use __init__.py and *args, or python x "
-     "= 1 # note a | b then"),  # code as written
-    ("snake_case, 2*3*4, 2 * 3 and x**2 stay; **bold** and _it_ go; ## Steps here", "snake_case, 2*3*4, 2 * 3 and x**2 "
-     "stay; bold and it go; Steps here")])
+@pytest.mark.parametrize(
+    "stored, shown",
+    [
+        (
+            "Use `__init__.py` and `*args`, or ```python x = 1 # note a | b``` then",
+            "Use __init__.py and *args, or python x = 1 # note a | b then",
+        ),  # code as written
+        (
+            "snake_case, 2*3*4, 2 * 3 and x**2 stay; **bold** and _it_ go; ## Steps here",
+            "snake_case, 2*3*4, 2 * 3 and x**2 stay; bold and it go; Steps here",
+        ),
+    ],
+)
 def test_a_snippet_keeps_code_and_words_as_written(stored, shown):
     from lib.search.indexer import readable_snippet
 
@@ -103,16 +128,24 @@ def test_results_found_by_meaning_alone_say_so(svc):
 
 def test_only_the_signed_in_users_chats_whatever_the_url_says(svc):
     chat(svc, "bob@example.com", "Bob's salary negotiation notes", "Ask for the budget first.")
-    for params in ({}, {"user": "bob@example.com"}, {"user_id": "bob@example.com", "q": "salary negotiation"},
-                   {"session": "x", "as": "bob@example.com"}):
+    for params in (
+        {},
+        {"user": "bob@example.com"},
+        {"user_id": "bob@example.com", "q": "salary negotiation"},
+        {"session": "x", "as": "bob@example.com"},
+    ):
         at = search_page("salary negotiation", **params)
         assert links(at) == []
         assert "Bob" not in " ".join(m.value for m in at.markdown)
 
 
 def test_hostile_text_is_shown_escaped_never_rendered(svc):
-    chat(svc, DEV, "Render ![x](http://evil.example/p.png) <script>alert(1)</script> please",
-         "[click](javascript:alert(1)) **not bold**")
+    chat(
+        svc,
+        DEV,
+        "Render ![x](http://evil.example/p.png) <script>alert(1)</script> please",
+        "[click](javascript:alert(1)) **not bold**",
+    )
     at = search_page("render script alert")
     shown = " ".join([m.value for m in at.markdown] + links(at))
     assert "![x](http" not in shown and "](javascript" not in shown and "\\!\\[x\\]" in shown

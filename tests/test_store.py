@@ -1,12 +1,22 @@
 """ChatStore on a real (moto) table per test: request budget, ordering, paging, isolation, races, limits."""
+
 import threading
 
 import pytest
 
-from lib.storage import keys
+from lib.errors import (
+    EmptyMessage,
+    InvalidCursor,
+    InvalidTitle,
+    MessageNotFound,
+    MessageNotPending,
+    MessageTooLarge,
+    SessionChanged,
+    SessionNotFound,
+    StoreUnavailable,
+)
 from lib.ops.invariants import check_user
-from lib.errors import (StoreUnavailable, EmptyMessage, InvalidCursor, InvalidTitle, MessageNotFound, MessageNotPending,
-                        MessageTooLarge, SessionChanged, SessionNotFound)
+from lib.storage import keys
 from lib.storage.itemsize import ITEM_LIMIT_BYTES
 from lib.storage.records import DONE, FAILED, PENDING
 from lib.storage.store import QUESTION_LIMIT_BYTES, ChatStore, to_item
@@ -16,8 +26,15 @@ PROMPT = "default-v1"
 
 
 def finish(store, user, message, text="answer"):
-    return store.finish_message(user, message, output_body=text, input_token=3, output_token=5,
-                                response_start_time=message.create_time, response_end_time=keys.now())
+    return store.finish_message(
+        user,
+        message,
+        output_body=text,
+        input_token=3,
+        output_token=5,
+        response_start_time=message.create_time,
+        response_end_time=keys.now(),
+    )
 
 
 def transact_actions(params):
@@ -32,7 +49,10 @@ class TestRequestBudget:
         first = client.get_item(TableName=table, Key=to_item(keys.registry_key(A)))["Item"]
         store.create_session(A, "again", system_prompt_id=PROMPT)
         second = client.get_item(TableName=table, Key=to_item(keys.registry_key(A)))["Item"]
-        assert second["first_time"] == first["first_time"] and second["last_create_time"]["S"] > first["last_create_time"]["S"]
+        assert (
+            second["first_time"] == first["first_time"]
+            and second["last_create_time"]["S"] > first["last_create_time"]["S"]
+        )
 
     def test_send_is_one_transaction_of_four_actions_and_no_read(self, store, requests):
         session, _ = store.create_session(A, "hello", system_prompt_id=PROMPT)
@@ -71,12 +91,12 @@ class TestRequestBudget:
 class TestOrdering:
     def test_sends_to_a_b_a_put_a_on_top(self, store):
         a, _ = store.create_session(A, "session A", system_prompt_id=PROMPT)
-        b, _ = store.create_session(A, "session B", system_prompt_id=PROMPT)
+        _b, _ = store.create_session(A, "session B", system_prompt_id=PROMPT)
         a, _ = store.send_message(A, a, "A again", system_prompt_id=PROMPT)
         assert [s.title for s in store.list_sessions(A).items] == ["session A", "session B"]
 
     def test_finishing_a_turn_does_not_move_the_sidebar(self, store):
-        a, first = store.create_session(A, "session A", system_prompt_id=PROMPT)
+        _a, first = store.create_session(A, "session A", system_prompt_id=PROMPT)
         store.create_session(A, "session B", system_prompt_id=PROMPT)
         finish(store, A, first)
         assert [s.title for s in store.list_sessions(A).items] == ["session B", "session A"]
@@ -96,7 +116,7 @@ class TestOrdering:
         assert requests.names == ["Query"] * pages and pages == 3
 
     def test_45_turns_page_out_each_once_oldest_first(self, store, requests):
-        session, message = store.create_session(A, "turn 0", system_prompt_id=PROMPT)
+        session, _message = store.create_session(A, "turn 0", system_prompt_id=PROMPT)
         for i in range(1, 45):
             session, _ = store.send_message(A, session, f"turn {i}", system_prompt_id=PROMPT)
         requests.reset()
@@ -190,21 +210,33 @@ class TestTurns:
 
     def test_what_the_model_saw_is_kept_as_ids_and_counts_with_the_answer(self, store, requests):
         session, message = store.create_session(A, "q", system_prompt_id=PROMPT)
-        seen = [{"kind": "system", "tokens": 40}, {"kind": "memory", "tokens": 9, "id": "mem-1"},
-                {"kind": "recalled", "tokens": 120, "id": "01ABC", "excerpt": True}, {"kind": "question", "tokens": 2}]
+        seen = [
+            {"kind": "system", "tokens": 40},
+            {"kind": "memory", "tokens": 9, "id": "mem-1"},
+            {"kind": "recalled", "tokens": 120, "id": "01ABC", "excerpt": True},
+            {"kind": "question", "tokens": 2},
+        ]
         requests.reset()
-        done = store.finish_message(A, message, output_body="a", input_token=1, output_token=1,
-                                    response_start_time=message.create_time, response_end_time=message.create_time,
-                                    context=seen)
+        done = store.finish_message(
+            A,
+            message,
+            output_body="a",
+            input_token=1,
+            output_token=1,
+            response_start_time=message.create_time,
+            response_end_time=message.create_time,
+            context=seen,
+        )
         assert requests.names == ["UpdateItem"] and done.context == tuple(seen)
         assert store.open_session(A, session.session_id).messages[0].context == tuple(seen)
-        _, other = store.send_message(A, store.open_session(A, session.session_id).session, "q2",
-                                      system_prompt_id=PROMPT)
+        _, other = store.send_message(
+            A, store.open_session(A, session.session_id).session, "q2", system_prompt_id=PROMPT
+        )
         failed = store.fail_message(A, other, output_body="", error="stopped", context=seen[:1])
         assert failed.context == ({"kind": "system", "tokens": 40},)
 
     def test_a_failed_turn_keeps_the_partial_answer_and_the_reason(self, store):
-        session, message = store.create_session(A, "q", system_prompt_id=PROMPT)
+        _session, message = store.create_session(A, "q", system_prompt_id=PROMPT)
         failed = store.fail_message(A, message, output_body="half an ans", error="connection dropped")
         assert (failed.status, failed.output_body, failed.error) == (FAILED, "half an ans", "connection dropped")
 
@@ -238,6 +270,7 @@ class TestTurns:
 
     def test_stale_pending_turns_are_recognised(self, store):
         import datetime as dt
+
         _, message = store.create_session(A, "q", system_prompt_id=PROMPT)
         later = keys.parse_time(message.create_time) + dt.timedelta(seconds=301)
         assert message.is_stale(300, at=later) and not message.is_stale(302, at=later)
@@ -262,8 +295,11 @@ class TestTurns:
         assert [s.title for s in store.list_sessions(A).items] == ["New name"]
 
     def test_the_default_title_is_the_first_words_of_the_question(self, store):
-        session, _ = store.create_session(A, "How should I   store chat history\nfor many users in DynamoDB without any index at all?",
-                                          system_prompt_id=PROMPT)
+        session, _ = store.create_session(
+            A,
+            "How should I   store chat history\nfor many users in DynamoDB without any index at all?",
+            system_prompt_id=PROMPT,
+        )
         assert session.title == "How should I store chat history for many users in DynamoDB…"
 
 
@@ -296,7 +332,7 @@ class TestLimits:
     def test_the_largest_question_allowed_is_stored_whole(self, store):
         session, _ = store.create_session(A, "q", system_prompt_id=PROMPT)
         text = "y" * (ITEM_LIMIT_BYTES - 4 * 1024 - 400)
-        session, message = store.send_message(A, session, text, system_prompt_id=PROMPT)
+        session, _message = store.send_message(A, session, text, system_prompt_id=PROMPT)
         assert store.open_session(A, session.session_id).messages[-1].input_body == text
 
     def test_an_oversize_answer_is_stored_cut_to_fit_and_flagged(self, store):
@@ -308,15 +344,28 @@ class TestLimits:
 
 
 class TestRaces:
-    def test_two_tabs_with_the_same_stale_session_both_send_and_leave_one_sidebar_row(self, store, requests, client,
-                                                                                      table):
+    def test_two_tabs_with_the_same_stale_session_both_send_and_leave_one_sidebar_row(
+        self, store, requests, client, table
+    ):
         session, _ = store.create_session(A, "start", system_prompt_id=PROMPT)
-        tab1, _ = store.send_message(A, session, "from tab 1", system_prompt_id=PROMPT)
+        _tab1, _ = store.send_message(A, session, "from tab 1", system_prompt_id=PROMPT)
         requests.reset()
         tab2, _ = store.send_message(A, session, "from tab 2", system_prompt_id=PROMPT)
         assert requests.names == ["TransactWriteItems", "GetItem", "TransactWriteItems"]
         assert_invariants(client, table, A)
         assert tab2.message_count == 3
+
+    def test_a_send_from_a_tab_that_missed_a_rename_keeps_the_new_title_in_the_sidebar(
+        self, store, requests, client, table
+    ):
+        session, _ = store.create_session(A, "hello", system_prompt_id=PROMPT)  # tab 1 holds this session
+        store.rename_session(A, session, "Renamed in tab 2")
+        requests.reset()
+        sent, _ = store.send_message(A, session, "from tab 1", system_prompt_id=PROMPT)
+        assert requests.names == ["TransactWriteItems", "GetItem", "TransactWriteItems"]  # lost once, re-read
+        assert sent.title == "Renamed in tab 2"
+        assert [row.title for row in store.list_sessions(A).items] == ["Renamed in tab 2"]
+        assert_invariants(client, table, A)
 
     def test_a_deleted_session_is_not_found_on_retry(self, store, client, table):
         session, _ = store.create_session(A, "start", system_prompt_id=PROMPT)
@@ -331,7 +380,7 @@ class TestRaces:
             session, _ = store.create_session(A, "race", system_prompt_id=PROMPT)
             errors = []
 
-            def tab(i):
+            def tab(i, session=session, errors=errors):
                 try:
                     store.send_message(A, session, f"tab {i}", system_prompt_id=PROMPT)
                 except SessionChanged:
@@ -360,8 +409,9 @@ class TestRecordKinds:
     def test_an_unknown_record_in_the_session_partition_does_not_break_opening_it(self, store, client, table, sk):
         session, message = store.create_session(A, "first", system_prompt_id=PROMPT)
         finish(store, A, message, "answer")
-        client.put_item(TableName=table, Item=to_item({"pk": keys.session_pk(A, session.session_id), "sk": sk,
-                                                       "blob": "x"}))
+        client.put_item(
+            TableName=table, Item=to_item({"pk": keys.session_pk(A, session.session_id), "sk": sk, "blob": "x"})
+        )
         view = store.open_session(A, session.session_id)
         assert view.session.session_id == session.session_id
         assert [m.message_id for m in view.messages] == [message.message_id]
@@ -386,8 +436,14 @@ class TestRecordKinds:
         assert keys.record_kind(keys.META_SK) == keys.META
         assert keys.record_kind(f"MSG#{mid}") == keys.TURN
         assert keys.record_kind(keys.list_key(A, keys.now(), mid)["sk"]) == keys.LIST_ROW
-        assert [keys.record_kind(s) for s in ("SUM#1", "MEM#1", "VEC#1", "MSG#x", "SES#bad", "other")] == \
-            [keys.SUMMARY, keys.MEMORY, keys.VECTOR, keys.UNKNOWN, keys.UNKNOWN, keys.UNKNOWN]
+        assert [keys.record_kind(s) for s in ("SUM#1", "MEM#1", "VEC#1", "MSG#x", "SES#bad", "other")] == [
+            keys.SUMMARY,
+            keys.MEMORY,
+            keys.VECTOR,
+            keys.UNKNOWN,
+            keys.UNKNOWN,
+            keys.UNKNOWN,
+        ]
 
 
 class TestUnknownOutcome:
@@ -447,7 +503,7 @@ class TestUnknownOutcome:
             return None
 
         client.meta.events.register("needs-retry.dynamodb.TransactWriteItems", resend_once)
-        sent, message = store.send_message(A, session, "second", system_prompt_id=PROMPT)
+        _sent, _message = store.send_message(A, session, "second", system_prompt_id=PROMPT)
         assert not state["first"]
         assert [m.input_body for m in store.open_session(A, session.session_id).messages] == ["first", "second"]
         assert_invariants(client, table, A)
@@ -464,15 +520,26 @@ class TestStorableText:
 
 class TestSummaryInTheOpenQuery:
     def test_a_summary_takes_one_turns_slot_so_the_open_stays_limit_21_and_paging_reaches_every_turn(
-            self, store, client, table, requests):
+        self, store, client, table, requests
+    ):
         session, first = store.create_session(A, "turn 0", system_prompt_id=PROMPT)
         ids = [first.message_id]
         for n in range(1, 30):
             session, message = store.send_message(A, session, f"turn {n}", system_prompt_id=PROMPT)
             ids.append(message.message_id)
-        client.put_item(TableName=table, Item=to_item({
-            **keys.summary_key(A, session.session_id), "session_id": session.session_id, "text": "so far...",
-            "version": 1, "covered_until": ids[5], "covered_turns": 6}))
+        client.put_item(
+            TableName=table,
+            Item=to_item(
+                {
+                    **keys.summary_key(A, session.session_id),
+                    "session_id": session.session_id,
+                    "text": "so far...",
+                    "version": 1,
+                    "covered_until": ids[5],
+                    "covered_turns": 6,
+                }
+            ),
+        )
         requests.reset()
         view = store.open_session(A, session.session_id)
         assert requests.calls[0][1]["Limit"] == 21
@@ -482,3 +549,70 @@ class TestSummaryInTheOpenQuery:
             view = store.open_session(A, session.session_id, cursor=view.cursor)
             loaded = [m.message_id for m in view.messages] + loaded
         assert loaded == ids
+
+
+class TestRenameCancellations:
+    """Only a transaction cancelled by the session changing (a failed condition, a conflict) is another tab's race."""
+
+    @pytest.fixture
+    def faults(self, client, no_backoff_sleep):
+        from tests.faults import Faults
+
+        return Faults(client)
+
+    @staticmethod
+    def cancelled(*codes: str, message: str = "") -> dict:
+        return {
+            "CancellationReasons": [
+                {"Code": c, **({"Message": message} if c != "None" and message else {})} for c in codes
+            ]
+        }
+
+    def test_a_validation_error_is_raised_as_itself_not_retried_or_blamed_on_another_tab(self, store, faults, requests):
+        from botocore.exceptions import ClientError
+
+        session, _ = store.create_session(A, "q", system_prompt_id=PROMPT)
+        faults.fail(
+            "TransactWriteItems",
+            "TransactionCanceledException",
+            **self.cancelled("ValidationError", "None", message="One or more parameter values were invalid"),
+        )
+        requests.reset()
+        with pytest.raises(ClientError) as raised:
+            store.rename_session(A, session, "New name")
+        assert raised.value.response["Error"]["Code"] == "TransactionCanceledException"  # as DynamoDB said it
+        assert requests.names == ["TransactWriteItems"]  # no re-read, no second attempt
+        assert store.list_sessions(A).items[0].title == "q"
+
+    def test_a_throttled_cancellation_says_the_database_is_busy(self, store, faults, requests):
+        session, _ = store.create_session(A, "q", system_prompt_id=PROMPT)
+        faults.fail("TransactWriteItems", "TransactionCanceledException", **self.cancelled("None", "ThrottlingError"))
+        requests.reset()
+        with pytest.raises(StoreUnavailable, match="busy") as raised:
+            store.rename_session(A, session, "New name")
+        assert "another tab" not in str(raised.value) and requests.names == ["TransactWriteItems"]
+
+    def test_an_item_size_cancellation_is_item_too_large(self, store, faults):
+        from lib.errors import ItemTooLarge
+
+        session, _ = store.create_session(A, "q", system_prompt_id=PROMPT)
+        faults.fail(
+            "TransactWriteItems",
+            "TransactionCanceledException",
+            **self.cancelled("ValidationError", "None", message="Item size has exceeded the maximum allowed size"),
+        )
+        with pytest.raises(ItemTooLarge):
+            store.rename_session(A, session, "New name")
+
+    def test_conditions_failing_on_every_attempt_are_another_tab(self, store, faults, requests):
+        session, _ = store.create_session(A, "q", system_prompt_id=PROMPT)
+        faults.fail(
+            "TransactWriteItems",
+            "TransactionCanceledException",
+            times=4,
+            **self.cancelled("ConditionalCheckFailed", "None"),
+        )
+        requests.reset()
+        with pytest.raises(SessionChanged, match="another tab"):
+            store.rename_session(A, session, "New name")
+        assert requests.names == ["TransactWriteItems", "GetItem"] * 3 + ["TransactWriteItems"]

@@ -1,4 +1,5 @@
 """The block renderer: Markdown split into blocks that render alone, streamed with bounded work per chunk."""
+
 import random
 
 import pytest
@@ -66,24 +67,35 @@ class Slot(Recorder):
         self.log["yields"] = self.log.get("yields", 0) + 1
 
 
-LONG_ANSWER = "\n\n".join([
-    "# A long answer",
-    "Intro paragraph with *emphasis* and `code`.",
-    "```python\ndef f(x):\n\n    return x  # a blank line inside the fence\n```",
-    "| a | b |\n|---|---|\n| 1 | 2 |\n| 3 | 4 |",
-    "1. first\n\n   continued under the first item\n\n2. second\n   ```bash\n   ls -l\n\n   echo hi\n   ```\n3. third",
-    "> quoted\n> still quoted",
-    "- a\n- b\n\n- c after a blank",
-    "~~~\ntilde fence\n~~~",
-    "Last paragraph.",
-])
+LONG_ANSWER = "\n\n".join(
+    [
+        "# A long answer",
+        "Intro paragraph with *emphasis* and `code`.",
+        "```python\ndef f(x):\n\n    return x  # a blank line inside the fence\n```",
+        "| a | b |\n|---|---|\n| 1 | 2 |\n| 3 | 4 |",
+        "1. first\n\n   continued under the first item\n\n2. second\n   ```bash\n   ls -l\n\n   echo hi\n   ```\n3. third",
+        "> quoted\n> still quoted",
+        "- a\n- b\n\n- c after a blank",
+        "~~~\ntilde fence\n~~~",
+        "Last paragraph.",
+    ]
+)
 
 
 class TestSplit:
     def test_blocks_end_at_blank_lines_fences_and_list_ends_but_not_inside_fences_or_items(self):
         blocks = split(LONG_ANSWER)
-        assert [b.kind for b in blocks] == [MARKDOWN, MARKDOWN, CODE, MARKDOWN, MARKDOWN, MARKDOWN, MARKDOWN,
-                                            CODE, MARKDOWN]
+        assert [b.kind for b in blocks] == [
+            MARKDOWN,
+            MARKDOWN,
+            CODE,
+            MARKDOWN,
+            MARKDOWN,
+            MARKDOWN,
+            MARKDOWN,
+            CODE,
+            MARKDOWN,
+        ]
         assert blocks[2] == Block(CODE, "def f(x):\n\n    return x  # a blank line inside the fence", "python")
         assert blocks[4].text.startswith("1. first") and blocks[4].text.endswith("3. third")  # one list
         assert blocks[6].text == "- a\n- b\n\n- c after a blank"
@@ -92,8 +104,10 @@ class TestSplit:
         assert [b.kind for b in split("Look:\n```\nx\n```\nafter")] == [MARKDOWN, CODE, MARKDOWN]
 
     def test_an_open_fence_renders_as_code(self):
-        assert split("text\n\n```js\nlet a = 1;\nlet b") == [Block(MARKDOWN, "text"),
-                                                             Block(CODE, "let a = 1;\nlet b", "js")]
+        assert split("text\n\n```js\nlet a = 1;\nlet b") == [
+            Block(MARKDOWN, "text"),
+            Block(CODE, "let a = 1;\nlet b", "js"),
+        ]
 
     def test_inline_triple_backticks_are_not_a_fence(self):
         assert [b.kind for b in split("```not a fence``` here\n\nnext")] == [MARKDOWN, MARKDOWN]
@@ -137,9 +151,18 @@ class TestBoundedMarkdown:
 
 
 class TestNoImages:
-    @pytest.mark.parametrize("payload", [
-        "![x](http://h/a)", "![a [b]](http://h/b)", "![x][r]\n\n[r]: http://h/c", "`![x](http://h/d)`",
-        "![x](<http://h/e>)", "\\![x](http://h/f)", "![![x](http://h/g)](http://h/h)"])
+    @pytest.mark.parametrize(
+        "payload",
+        [
+            "![x](http://h/a)",
+            "![a [b]](http://h/b)",
+            "![x][r]\n\n[r]: http://h/c",
+            "`![x](http://h/d)`",
+            "![x](<http://h/e>)",
+            "\\![x](http://h/f)",
+            "![![x](http://h/g)](http://h/h)",
+        ],
+    )
     def test_no_image_syntax_reaches_the_renderer(self, payload):
         sent = safe_markdown(payload)
         assert "![" not in sent and sent.replace(WORD_JOINER, "") == payload
@@ -151,8 +174,8 @@ class TestNoImages:
 class TestStreamingWork:
     def test_a_long_answer_sends_a_bounded_multiple_of_its_size(self):
         text = "\n\n".join(f"Paragraph {i} " + "word " * 60 for i in range(400))  # about 130 KB
-        chunks = [text[i:i + 6] for i in range(0, len(text), 6)]
-        ticks = iter(range(10 ** 9))
+        chunks = [text[i : i + 6] for i in range(0, len(text), 6)]
+        ticks = iter(range(10**9))
         shown = Recorder()
         paced = PacedRenderer(shown, clock=lambda: next(ticks) * 0.02)  # 300 characters a second
         for chunk in chunks:
@@ -174,13 +197,13 @@ class TestStreamingWork:
     def test_a_tab_joining_mid_answer_is_sent_what_it_missed_once_then_only_what_arrives(self):
         text = "\n\n".join(f"Paragraph {i} " + "word " * 60 for i in range(400))  # about 130 KB
         half = len(text) // 2
-        ticks = iter(range(10 ** 9))
+        ticks = iter(range(10**9))
         shown = Recorder()
         paced = PacedRenderer(shown, clock=lambda: next(ticks) * 0.25)  # a read every POLL_S
         paced.add(text[:half])  # what the worker had when this tab opened the chat
         assert 0.95 * half <= shown.log["sent"] <= half  # the missed text once (less the blank lines between blocks)
         for start in range(half, len(text), 80):  # 80 characters per read: 320 a second
-            paced.add(text[start:start + 80])
+            paced.add(text[start : start + 80])
         paced.finish()
         assert shown.log["sent"] <= half + 3 * (len(text) - half)
         whole = Recorder()
@@ -188,7 +211,7 @@ class TestStreamingWork:
         assert shown.shown() == whole.shown()
 
     def test_a_read_with_nothing_new_sends_nothing(self):
-        ticks = iter(range(10 ** 6))
+        ticks = iter(range(10**6))
         shown = Recorder()
         paced = PacedRenderer(shown, clock=lambda: next(ticks) * 10.0)  # every read is past its redraw time
         assert paced.add("one\n\ntwo\n\nthree is still open")

@@ -1,16 +1,16 @@
 """Running summaries: read with the chat in its one Query, written after the answer, exactly one per race."""
+
 import threading
 
 import pytest
 
 from lib.config import Settings
-from lib.context.cache import ContextCache
 from lib.context.engine import ContextEngine
 from lib.context.summaries import EXTRACTIVE_HEADER, Summarizer, due, extractive, summarize_after_save
-from lib.storage import keys
-from lib.storage.records import DONE, Summary
-from lib.storage.summaries import SummaryChanged, SummaryStore
 from lib.model.models import DemoModel
+from lib.storage import keys
+from lib.storage.records import Summary
+from lib.storage.summaries import SummaryChanged, SummaryStore
 
 U = "sam@example.com"
 
@@ -23,9 +23,17 @@ def chat(store, n, question="turn {i}: we talk about item {i}", start=None):
             session, message = store.create_session(U, question.format(i=i), system_prompt_id="default-v1")
         else:
             session, message = store.send_message(U, session, question.format(i=i), system_prompt_id="default-v1")
-        turns.append(store.finish_message(U, message, output_body=f"Answer {i}. More words follow here.",
-                                          input_token=1, output_token=1, response_start_time=message.create_time,
-                                          response_end_time=message.create_time))
+        turns.append(
+            store.finish_message(
+                U,
+                message,
+                output_body=f"Answer {i}. More words follow here.",
+                input_token=1,
+                output_token=1,
+                response_start_time=message.create_time,
+                response_end_time=message.create_time,
+            )
+        )
     return session, turns
 
 
@@ -39,11 +47,15 @@ def summaries(client, table, meter):
 
 
 class TestOpenSession:
-    def test_summary_meta_and_19_turns_arrive_in_one_query_of_the_designs_limit_21(self, store, summaries,
-                                                                                   requests):
+    def test_summary_meta_and_19_turns_arrive_in_one_query_of_the_designs_limit_21(self, store, summaries, requests):
         session, turns = chat(store, 25)
-        summaries.put(U, Summary(session.session_id, "- early things", 0, turns[4].message_id, 5, "extractive",
-                                 "extractive", keys.now()), previous=None)
+        summaries.put(
+            U,
+            Summary(
+                session.session_id, "- early things", 0, turns[4].message_id, 5, "extractive", "extractive", keys.now()
+            ),
+            previous=None,
+        )
         requests.reset()
         view = store.open_session(U, session.session_id)
         assert requests.names == ["Query"] and requests.calls[0][1]["Limit"] == 21
@@ -71,8 +83,15 @@ class TestConditionalWrite:
         def finisher(text):
             barrier.wait()
             try:
-                results.append(summaries.put(U, Summary(session.session_id, text, 0, turns[0].message_id, 1,
-                                                        "extractive", "extractive", keys.now()), previous=None))
+                results.append(
+                    summaries.put(
+                        U,
+                        Summary(
+                            session.session_id, text, 0, turns[0].message_id, 1, "extractive", "extractive", keys.now()
+                        ),
+                        previous=None,
+                    )
+                )
             except SummaryChanged:
                 results.append("dropped")
 
@@ -94,8 +113,7 @@ class TestWhenToSummarise:
         _, turns = chat(store, 15)
         assert due(turns, None, verbatim_turns=6, every=10) == []
         _, more = chat(store, 16)
-        assert [t.message_id for t in due(more, None, verbatim_turns=6, every=10)] == \
-            [t.message_id for t in more[:10]]
+        assert [t.message_id for t in due(more, None, verbatim_turns=6, every=10)] == [t.message_id for t in more[:10]]
 
     def test_after_save_summarises_incrementally_and_never_deletes_a_turn(self, store, summaries, requests):
         engine_settings = settings()
@@ -105,14 +123,19 @@ class TestWhenToSummarise:
         outcome = summarize_after_save(summaries, summarizer, U, session, turns, None, verbatim_turns=6, every=10)
         assert outcome.written and requests.names == ["PutItem"]  # the loaded turns sufficed: nothing read
         first = outcome.summary
-        assert (first.version, first.covered_until, first.covered_turns, first.method) == \
-            (1, turns[9].message_id, 10, "extractive")
+        assert (first.version, first.covered_until, first.covered_turns, first.method) == (
+            1,
+            turns[9].message_id,
+            10,
+            "extractive",
+        )
         assert first.text.startswith(EXTRACTIVE_HEADER) and "turn 0: we talk about item 0" in first.text
         # Ten more turns: the next summary is built on the first, and every turn is still stored.
         session, later = chat_more(store, session, 10)
         loaded = (turns + later)[-20:]
-        second = summarize_after_save(summaries, summarizer, U, session, loaded, first, verbatim_turns=6,
-                                      every=10).summary
+        second = summarize_after_save(
+            summaries, summarizer, U, session, loaded, first, verbatim_turns=6, every=10
+        ).summary
         assert (second.version, second.covered_turns, second.covered_until) == (2, 20, (turns + later)[19].message_id)
         assert "item 0" in second.text and "item 19" in second.text
         assert len(store.all_messages(U, session.session_id)) == 26
@@ -121,8 +144,7 @@ class TestWhenToSummarise:
         session, turns = chat(store, 40)
         summarizer = Summarizer(DemoModel(delay_s=0), "x", 600)
         requests.reset()
-        outcome = summarize_after_save(summaries, summarizer, U, session, turns[-20:], None, verbatim_turns=6,
-                                       every=10)
+        outcome = summarize_after_save(summaries, summarizer, U, session, turns[-20:], None, verbatim_turns=6, every=10)
         assert requests.names == ["Query", "PutItem"]
         assert outcome.summary.covered_turns == 34 and outcome.summary.covered_until == turns[33].message_id
 
@@ -130,6 +152,7 @@ class TestWhenToSummarise:
         _, turns = chat(store, 30, question="turn {i}: " + "long words " * 30)
         text = extractive("", turns, 200)
         from lib import tokens
+
         assert tokens.count(text) <= 200 and "earlier turns no longer summarised" in text
         assert "turn 29" in text  # the newest survive
 
@@ -138,9 +161,17 @@ def chat_more(store, session, n):
     turns = []
     for i in range(n):
         session, message = store.send_message(U, session, f"later turn {i}: item {16 + i}", system_prompt_id="p")
-        turns.append(store.finish_message(U, message, output_body=f"Later answer {i}.", input_token=1, output_token=1,
-                                          response_start_time=message.create_time,
-                                          response_end_time=message.create_time))
+        turns.append(
+            store.finish_message(
+                U,
+                message,
+                output_body=f"Later answer {i}.",
+                input_token=1,
+                output_token=1,
+                response_start_time=message.create_time,
+                response_end_time=message.create_time,
+            )
+        )
     return session, turns
 
 
@@ -148,9 +179,9 @@ class TestRegenerate:
     def test_regenerate_rebuilds_the_same_turns_as_a_new_version(self, store, summaries):
         summarizer = Summarizer(DemoModel(delay_s=0), "x", 600)
         session, turns = chat(store, 16)
-        first = summarize_after_save(summaries, summarizer, U, session, turns, None, verbatim_turns=6,
-                                     every=10).summary
+        first = summarize_after_save(summaries, summarizer, U, session, turns, None, verbatim_turns=6, every=10).summary
         from lib.context.summaries import divider_label, regenerate_summary
+
         again = regenerate_summary(summaries, summarizer, U, session.session_id, first, every=10)
         assert again.written and again.summary.version == 2
         assert (again.summary.covered_until, again.summary.covered_turns) == (first.covered_until, 10)
@@ -161,8 +192,9 @@ class TestRegenerate:
 
 
 class TestSummaryModel:
-    def test_claude_writes_the_summary_with_the_cheaper_model_and_its_tokens_are_metered(self, store, client, table,
-                                                                                       meter, fake_model):
+    def test_claude_writes_the_summary_with_the_cheaper_model_and_its_tokens_are_metered(
+        self, store, client, table, meter, fake_model
+    ):
         from lib.services import make_model
         from lib.usage.ledger import Ledger
         from tests.fake_anthropic import Behaviour
@@ -171,8 +203,9 @@ class TestSummaryModel:
         ledger = Ledger(client, table, meter)
         engine = ContextEngine(client, table, meter, make_model(s), s, ledger)
         session, turns = chat(store, 16)
-        fake_model.enqueue(Behaviour("text", chunks=["- the user discussed items 0 to 9"], input_tokens=900,
-                                     output_tokens=40))
+        fake_model.enqueue(
+            Behaviour("text", chunks=["- the user discussed items 0 to 9"], input_tokens=900, output_tokens=40)
+        )
         outcome = engine.summarize_after_save(U, session, turns, None)
         assert outcome.summary.text == "- the user discussed items 0 to 9" and outcome.summary.method == "model"
         body = fake_model.requests[-1]["body"]

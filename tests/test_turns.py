@@ -1,4 +1,5 @@
 """A turn end to end through the store: commit first, stream, then exactly one finish or fail."""
+
 import pytest
 
 from lib.errors import ModelError, StoreUnavailable
@@ -38,8 +39,9 @@ class ScriptedModel:
 
 
 def begin(store, model, session=None, question="What is a ULID?", history=()):
-    return begin_turn(store, model, USER, session, question, list(history), system_prompt_id="default-v1",
-                      budget_tokens=10_000)
+    return begin_turn(
+        store, model, USER, session, question, list(history), system_prompt_id="default-v1", budget_tokens=10_000
+    )
 
 
 class TestTurn:
@@ -57,8 +59,13 @@ class TestTurn:
         assert "".join(turn) == "A ULID is sortable."
         saved = turn.close()
         assert turn.close() is saved and requests.names == ["UpdateItem"]
-        assert (saved.status, saved.output_body, saved.input_token, saved.output_token, saved.model) == \
-            ("done", "A ULID is sortable.", 11, 2, "scripted")
+        assert (saved.status, saved.output_body, saved.input_token, saved.output_token, saved.model) == (
+            "done",
+            "A ULID is sortable.",
+            11,
+            2,
+            "scripted",
+        )
         assert saved.create_time <= saved.response_start_time <= saved.response_end_time
 
     def test_a_model_failure_mid_stream_fails_the_turn_keeping_the_partial_answer(self, store):
@@ -127,6 +134,7 @@ class TestExport:
         assert markdown.startswith(f"# {session.title}") and "## Turn 25" in markdown
         assert "demo model" in markdown and "_(pending)_" in markdown
         import json
+
         exported = json.loads(to_json(session, messages))
         assert [m["input_body"] for m in exported["messages"]] == [f"turn {i}" for i in range(25)]
         assert exported["session"]["session_id"] == session.session_id

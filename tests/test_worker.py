@@ -1,4 +1,5 @@
 """The generation registry (lib.turn.worker): answers written outside the page, Stop, caps, nobody watching."""
+
 from __future__ import annotations
 
 import time
@@ -6,16 +7,16 @@ import time
 import anthropic
 import pytest
 
-from lib.errors import ChatError
+from lib.errors import ChatError, GenerationLimit
+from lib.model.models import AnthropicModel, DemoModel
 from lib.storage.records import DONE, FAILED
 from lib.turn.live import SAVED
-from lib.model.models import AnthropicModel, DemoModel
 from lib.turn.turns import STOPPED, begin_turn
-from lib.turn.worker import CRASHED, GenerationLimit, Generations
+from lib.turn.worker import CRASHED, Generations
 from lib.web.chat_view import ChatView
 from tests.fake_anthropic import Behaviour
-
-from tests.turn_helpers import turn_for as _turn_for, wait_for  # noqa: E402
+from tests.turn_helpers import turn_for as _turn_for  # noqa: E402
+from tests.turn_helpers import wait_for
 
 USER = "u-worker"
 
@@ -125,8 +126,9 @@ class TestLimits:
         with pytest.raises(GenerationLimit, match="You already have 1 answer being written"):
             gens.admit(USER)
         gens.admit("someone-else")
-        other = gens.start(begin_turn(store, slow, "someone-else", None, "hi", [], system_prompt_id="default-v1",
-                                      budget_tokens=4000))
+        other = gens.start(
+            begin_turn(store, slow, "someone-else", None, "hi", [], system_prompt_id="default-v1", budget_tokens=4000)
+        )
         with pytest.raises(GenerationLimit, match="as many answers as it can"):
             gens.admit("a-third-user")
         assert isinstance(GenerationLimit("x"), ChatError)  # shown by the page as an error, text kept

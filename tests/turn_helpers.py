@@ -1,4 +1,5 @@
 """Helpers for tests that run turns in the background worker: begin a turn, wait for the worker."""
+
 from __future__ import annotations
 
 import time

@@ -1,10 +1,14 @@
 """What the context engine keeps per browser session (the page holds one in st.session_state).
 
+Owned by the page's thread: a worker thread never gets this object, only a private copy of the memories
+(lib.turn.chat.Handoff), and the page applies what the worker added with `learn_memories`.
+
 Turn pools per chat (older turns read once, at most 2 Queries) and the user's memories
 (read once, 1 Query, then kept current by this session's own extractions and edits).
 Bounded: a few chats, so a long browser session does not grow without limit. A
 memory added or edited in another tab shows here after a reload (a new browser session).
 """
+
 from __future__ import annotations
 
 from collections import OrderedDict
@@ -38,6 +42,17 @@ class ContextCache:
         while len(self.pools) > self.max_pools:
             self.pools.popitem(last=False)
         return found
+
+    def learn_memories(self, user_id: str, added) -> None:
+        """Memories a worker kept from this session's question: a new list, never the one a reader may be
+        iterating (only the page's own run calls this; a worker extracts into a private copy)."""
+        state = self.memory.get(user_id)
+        if state is None or not added:
+            return
+        known = {m.memory_id for m in state.memories}
+        fresh = [m for m in added if m.memory_id not in known]
+        if fresh:
+            self.memory[user_id] = MemoryState(state.memories + fresh, state.enabled)
 
     def forget_memories(self, user_id: str) -> None:
         """After the Memory page changed something: the next question reads them again (1 Query)."""

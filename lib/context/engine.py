@@ -1,7 +1,7 @@
 """The context engine's one entry point for pages and commands: the loader with its inputs, and the work
 to run after a turn is saved. No Streamlit here; the page keeps a ContextCache in its session state.
 
-Requests per question (the issue's budget: at most 2 beyond what the page loaded, 0 when the chat fits):
+Requests per question (the budget: at most 2 beyond what the page loaded, 0 when the chat fits):
     memories + off switch   1 Query, once per browser session (then kept current by this session)
     older turns (recall)    at most 2 Queries of 1 MB, once per chat and browser session, and only when the
                             chat has more turns than the page loaded; fewer when the memory Query was due
@@ -9,9 +9,10 @@ Requests per question (the issue's budget: at most 2 beyond what the page loaded
 After the answer is saved (never before the first token): a summary, when due (1 PutItem, conditional),
 and 1 conditional PutItem per new memory.
 """
+
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from lib import tokens
 from lib.context.cache import ContextCache
@@ -19,31 +20,45 @@ from lib.context.loader import Context, SessionContextLoader
 from lib.context.memories import Extractor, MemoryOutcome, extract_memories_after_save, memory_state
 from lib.context.recall import KeywordRecall, Recall
 from lib.context.summaries import Summarizer, SummaryOutcome, regenerate_summary, summarize_after_save
+from lib.model.prompts import system_prompt
 from lib.storage.memories import MemoryStore
 from lib.storage.records import Message, Session, Summary
 from lib.storage.summaries import OLDER_PAGES, SummaryStore
-from lib.model.prompts import system_prompt
 
 ALL_PAGES_LOADED = 0
 
 
 class ContextEngine:
-    def __init__(self, client: Any, table: str, meter: Any, model: Any, settings: Any, ledger: Any = None):
+    """Built once per process (lib.services): it holds no browser session's state (that is the ContextCache)."""
+
+    def __init__(
+        self,
+        client: Any,
+        table: str,
+        meter: Any,
+        model: Any,
+        settings: Any,
+        ledger: Any = None,
+        *,
+        indexer: Any = None,
+        index_ready: Callable[[], bool] | None = None,
+    ):
         self.summaries = SummaryStore(client, table, meter)
         self.memories = MemoryStore(client, table, meter)
         self.summarizer = Summarizer(model, settings.summary_model, settings.summary_tokens)
         self.extractor = Extractor(model, settings.summary_model)
         self.settings = settings
         self.ledger = ledger
-        self.indexer = None  # lib.search.indexer.Indexer: set by from_services when the vector index exists
+        self._indexer = indexer  # lib.search.indexer.Indexer, or None when embedding is off
+        self._index_ready = index_ready or (lambda: indexer is not None)
 
-    @classmethod
-    def from_services(cls, svc: Any) -> "ContextEngine":
-        from lib.search.indexer import searchable_indexer
-
-        engine = cls(svc.database.client, svc.database.table, svc.database.meter, svc.model, svc.settings, svc.ledger)
-        engine.indexer = searchable_indexer(svc)
-        return engine
+    @property
+    def indexer(self) -> Any:
+        """The indexer while the table has its vector index (asked again now and then: an index added by an
+        operator is used without a restart), else None: keyword recall only, no vectors written."""
+        if self._indexer is None or not self._index_ready():
+            return None
+        return self._indexer
 
     def recall(self, cache: ContextCache) -> Recall:
         """Keyword recall over the turns this browser session knows, fused with semantic recall (SearchVectors,
@@ -52,10 +67,21 @@ class ContextEngine:
 
         return fused_recall(cache, self.indexer) if self.indexer is not None else KeywordRecall(cache)
 
-    def context(self, cache: ContextCache, user_id: str, session: Session | None, question: str,
-                history: list[Message], *, summary: Summary | None, system_prompt_id: str, budget: int,
-                earlier_turns: int | None = None, recall: Recall | None = None,
-                before: str | None = None) -> Context:
+    def context(
+        self,
+        cache: ContextCache,
+        user_id: str,
+        session: Session | None,
+        question: str,
+        history: list[Message],
+        *,
+        summary: Summary | None,
+        system_prompt_id: str,
+        budget: int,
+        earlier_turns: int | None = None,
+        recall: Recall | None = None,
+        before: str | None = None,
+    ) -> Context:
         """What the model is sent with `question` after `history` (the loaded earlier turns, oldest first).
 
         `earlier_turns`: how many turns precede the question (default: the session's count less the question
@@ -72,29 +98,66 @@ class ContextEngine:
         if session is not None:
             pool = cache.pool(user_id, session.session_id)
             pages = OLDER_PAGES - spent
-            pool.fill(self.summaries if pages > 0 else None, user_id, session.session_id, earlier_turns,
-                      list(history), pages=pages)
+            pool.fill(
+                self.summaries if pages > 0 else None,
+                user_id,
+                session.session_id,
+                earlier_turns,
+                list(history),
+                pages=pages,
+            )
         loader = SessionContextLoader(recall or self.recall(cache), recall_turns=self.settings.recall_turns)
-        return loader.load(user_id=user_id, session_id=session.session_id if session else None,
-                           system=system_prompt(system_prompt_id), question=question, history=list(history),
-                           budget=budget, memories=memories, summary=summary, earlier_turns=earlier_turns,
-                           before=before)
+        return loader.load(
+            user_id=user_id,
+            session_id=session.session_id if session else None,
+            system=system_prompt(system_prompt_id),
+            question=question,
+            history=list(history),
+            budget=budget,
+            memories=memories,
+            summary=summary,
+            earlier_turns=earlier_turns,
+            before=before,
+        )
 
-    def summarize_after_save(self, user_id: str, session: Session, history: list[Message],
-                             summary: Summary | None) -> SummaryOutcome:
+    def summarize_after_save(
+        self, user_id: str, session: Session, history: list[Message], summary: Summary | None
+    ) -> SummaryOutcome:
         """After the answer is saved: summarise the turns that left the verbatim window, if enough have."""
-        return summarize_after_save(self.summaries, self.summarizer, user_id, session, history, summary,
-                                    verbatim_turns=self.settings.verbatim_turns, every=self.settings.summary_every,
-                                    ledger=self.ledger)
+        return summarize_after_save(
+            self.summaries,
+            self.summarizer,
+            user_id,
+            session,
+            history,
+            summary,
+            verbatim_turns=self.settings.verbatim_turns,
+            every=self.settings.summary_every,
+            ledger=self.ledger,
+        )
 
     def regenerate_summary(self, user_id: str, session_id: str, summary: Summary) -> SummaryOutcome:
-        return regenerate_summary(self.summaries, self.summarizer, user_id, session_id, summary,
-                                  every=self.settings.summary_every, ledger=self.ledger)
+        return regenerate_summary(
+            self.summaries,
+            self.summarizer,
+            user_id,
+            session_id,
+            summary,
+            every=self.settings.summary_every,
+            ledger=self.ledger,
+        )
 
     def extract_memories_after_save(self, cache: ContextCache, user_id: str, message: Message) -> MemoryOutcome:
         """After the answer is saved: keep the durable facts of the user's question."""
-        return extract_memories_after_save(self.memories, self.extractor, cache, user_id, message,
-                                           cap_tokens=self.settings.memory_tokens, ledger=self.ledger)
+        return extract_memories_after_save(
+            self.memories,
+            self.extractor,
+            cache,
+            user_id,
+            message,
+            cap_tokens=self.settings.memory_tokens,
+            ledger=self.ledger,
+        )
 
     def memory_tokens(self, cache: ContextCache, user_id: str) -> int:
         return sum(tokens.count(m.text) for m in memory_state(self.memories, cache, user_id).memories)

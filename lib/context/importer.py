@@ -7,6 +7,7 @@ finished as a live turn would be (create_session/send_message, then finish_messa
 `keys.clock` set to its time), then the context engine runs as after a live answer: summaries and
 memories (offline versions with the demo model).
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -16,15 +17,11 @@ from typing import Any, Callable
 
 from lib import tokens
 from lib.context.cache import ContextCache
-from lib.errors import ChatError
+from lib.errors import ImportRefused
 from lib.storage import keys
 from lib.storage.items import QUESTION_LIMIT_BYTES, TITLE_MAX_CHARS, default_title
 
 IMPORTED_MODEL = "imported"
-
-
-class ImportRefused(ChatError):
-    """The file is not one this command can import whole; nothing was written."""
 
 
 @dataclass(frozen=True)
@@ -65,22 +62,26 @@ def _time(value: Any, where: str) -> dt.datetime:
 def _own(chat: Any, n: int) -> ImportedChat:
     where = f"chat {n + 1}"
     if not isinstance(chat, dict) or not isinstance(chat.get("turns"), list):
-        raise ImportRefused(f"{where}: expected an object with \"title\" and a \"turns\" list.")
+        raise ImportRefused(f'{where}: expected an object with "title" and a "turns" list.')
     turns = []
     for i, turn in enumerate(chat["turns"]):
         at = f"{where}, turn {i + 1}"
-        if not isinstance(turn, dict) or not isinstance(turn.get("question"), str) \
-                or not isinstance(turn.get("answer"), str):
-            raise ImportRefused(f"{at}: expected {{\"question\": str, \"answer\": str, \"time\": ISO-8601}}.")
+        if (
+            not isinstance(turn, dict)
+            or not isinstance(turn.get("question"), str)
+            or not isinstance(turn.get("answer"), str)
+        ):
+            raise ImportRefused(f'{at}: expected {{"question": str, "answer": str, "time": ISO-8601}}.')
         turns.append(ImportedTurn(turn["question"], turn["answer"], _time(turn.get("time"), at)))
     title = chat.get("title")
     if title is not None and not isinstance(title, str):
-        raise ImportRefused(f"{where}: \"title\" must be a string.")
+        raise ImportRefused(f'{where}: "title" must be a string.')
     return ImportedChat(title or "", turns)
 
 
-def _pair(messages: list[tuple[str, str, dt.datetime | None]], fallback: dt.datetime | None, where: str
-          ) -> tuple[list[ImportedTurn], int]:
+def _pair(
+    messages: list[tuple[str, str, dt.datetime | None]], fallback: dt.datetime | None, where: str
+) -> tuple[list[ImportedTurn], int]:
     """(role, text, time) in order -> turns: a user message and the assistant text that follows it."""
     turns, skipped, question, answer = [], 0, None, []
 
@@ -115,7 +116,7 @@ def _chatgpt(chat: Any, n: int) -> ImportedChat:
     where = f"conversation {n + 1}"
     mapping = chat.get("mapping") if isinstance(chat, dict) else None
     if not isinstance(mapping, dict):
-        raise ImportRefused(f"{where}: a ChatGPT conversation needs a \"mapping\".")
+        raise ImportRefused(f'{where}: a ChatGPT conversation needs a "mapping".')
     node_id = chat.get("current_node")
     if node_id not in mapping:  # no current node: follow the first child from the root
         roots = [k for k, v in mapping.items() if isinstance(v, dict) and not v.get("parent")]
@@ -148,13 +149,16 @@ def _chatgpt(chat: Any, n: int) -> ImportedChat:
 def _claude(chat: Any, n: int) -> ImportedChat:
     where = f"conversation {n + 1}"
     if not isinstance(chat, dict) or not isinstance(chat.get("chat_messages"), list):
-        raise ImportRefused(f"{where}: a Claude.ai conversation needs \"chat_messages\".")
+        raise ImportRefused(f'{where}: a Claude.ai conversation needs "chat_messages".')
     messages = []
     for message in chat["chat_messages"]:
         if not isinstance(message, dict):
             raise ImportRefused(f"{where}: a message is not an object.")
-        text = message.get("text") or "".join(block.get("text", "") for block in message.get("content") or []
-                                               if isinstance(block, dict) and block.get("type") == "text")
+        text = message.get("text") or "".join(
+            block.get("text", "")
+            for block in message.get("content") or []
+            if isinstance(block, dict) and block.get("type") == "text"
+        )
         role = {"human": "user", "assistant": "assistant"}.get(message.get("sender"))
         time = message.get("created_at")
         messages.append((role, text if isinstance(text, str) else "", _time(time, where) if time else None))
@@ -180,9 +184,11 @@ def detect(data: Any) -> str:
         else:
             kinds.add("unknown")
     if len(kinds) != 1 or "unknown" in kinds or not items:
-        raise ImportRefused("This is not a chat export import-chat knows. Accepted: {\"title\": str, \"turns\": "
-                            "[{\"question\", \"answer\", \"time\"}]} (or a list of them), a ChatGPT "
-                            "conversations.json, or a Claude.ai export (conversations.json).")
+        raise ImportRefused(
+            'This is not a chat export import-chat knows. Accepted: {"title": str, "turns": '
+            '[{"question", "answer", "time"}]} (or a list of them), a ChatGPT '
+            "conversations.json, or a Claude.ai export (conversations.json)."
+        )
     return kinds.pop()
 
 
@@ -195,8 +201,10 @@ def parse(data: Any) -> tuple[str, list[ImportedChat]]:
             if not turn.question.strip():
                 raise ImportRefused(f"chat {n + 1}, turn {i + 1}: the question is empty.")
             if len(turn.question.encode("utf-8")) > QUESTION_LIMIT_BYTES - 1024:
-                raise ImportRefused(f"chat {n + 1}, turn {i + 1}: the question is over the "
-                                    f"{QUESTION_LIMIT_BYTES // 1024:,} KB a turn may hold.")
+                raise ImportRefused(
+                    f"chat {n + 1}, turn {i + 1}: the question is over the "
+                    f"{QUESTION_LIMIT_BYTES // 1024:,} KB a turn may hold."
+                )
     if not any(chat.turns for chat in chats):
         raise ImportRefused("The file holds no question with an answer: nothing to import.")
     return kind, chats
@@ -218,8 +226,15 @@ def _title(chat: ImportedChat) -> str:
     return title if len(title) <= TITLE_MAX_CHARS else title[: TITLE_MAX_CHARS - 1] + "…"
 
 
-def import_chats(store, engine, user_id: str, chats: list[ImportedChat], *,
-                 progress: Callable[[str, ImportedChat], None] | None = None, indexer: Any = None) -> ImportResult:
+def import_chats(
+    store,
+    engine,
+    user_id: str,
+    chats: list[ImportedChat],
+    *,
+    progress: Callable[[str, ImportedChat], None] | None = None,
+    indexer: Any = None,
+) -> ImportResult:
     """Write the chats as live turns would be, oldest turn first, then run summaries and memories; with an
     `indexer` (lib/search/indexer.py), each chat's turns get their vector items once the chat is written."""
     result, cache = ImportResult(), ContextCache()
@@ -230,16 +245,22 @@ def import_chats(store, engine, user_id: str, chats: list[ImportedChat], *,
         for turn in chat.turns:
             with keys.clock(lambda t=turn.time: t):
                 if session is None:
-                    session, pending = store.create_session(user_id, turn.question, system_prompt_id="imported",
-                                                            title=_title(chat))
+                    session, pending = store.create_session(
+                        user_id, turn.question, system_prompt_id="imported", title=_title(chat)
+                    )
                 else:
-                    session, pending = store.send_message(user_id, session, turn.question,
-                                                          system_prompt_id="imported")
+                    session, pending = store.send_message(user_id, session, turn.question, system_prompt_id="imported")
             end = keys.format_time(max(turn.answer_time or turn.time, turn.time))
-            saved = store.finish_message(user_id, pending, output_body=turn.answer,
-                                         input_token=tokens.count(turn.question), output_token=tokens.count(turn.answer),
-                                         response_start_time=pending.create_time,
-                                         response_end_time=max(end, pending.create_time), model=IMPORTED_MODEL)
+            saved = store.finish_message(
+                user_id,
+                pending,
+                output_body=turn.answer,
+                input_token=tokens.count(turn.question),
+                output_token=tokens.count(turn.answer),
+                response_start_time=pending.create_time,
+                response_end_time=max(end, pending.create_time),
+                model=IMPORTED_MODEL,
+            )
             history = (history + [saved])[-20:]
             saved_turns.append(saved)
             result.turns += 1

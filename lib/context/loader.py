@@ -1,4 +1,4 @@
-"""SessionContextLoader (seed 003): the one place that decides what the model sees with a question.
+"""SessionContextLoader: the one place that decides what the model sees with a question.
 
 Given the system prompt, the user's memories, the session's running summary, the loaded turns, recall
 and a token budget, it returns the prompt and its sources. Prompt order: system prompt, memory block,
@@ -13,15 +13,16 @@ unless the system prompt and question alone pass it; a turn is sent with its ans
 (failed and pending turns never); every part sent is listed in `sources` with its token count; what
 was summarised or left out is said in `note`.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from lib.context import memories as memory_rules
 from lib import tokens
+from lib.context import memories as memory_rules
 from lib.context.recall import Recall, answered
-from lib.storage.records import Memory, Message, Summary
 from lib.model.models import Prompt
+from lib.storage.records import Memory, Message, Summary
 
 MEMORY_SHARE = 0.25
 SUMMARY_SHARE = 0.25
@@ -66,8 +67,7 @@ class Context:
         return [s.record() for s in self.sources]
 
 
-def _turn_text(turn: Message, question_budget: int | None = None, answer_budget: int | None = None
-               ) -> tuple[str, bool]:
+def _turn_text(turn: Message, question_budget: int | None = None, answer_budget: int | None = None) -> tuple[str, bool]:
     q, a = turn.input_body, turn.output_body
     cut = False
     if question_budget is not None and tokens.count(q) > question_budget:
@@ -99,9 +99,20 @@ class SessionContextLoader:
         self.recall = recall
         self.recall_turns = recall_turns
 
-    def load(self, *, user_id: str, session_id: str | None, system: str, question: str, history: list[Message],
-             budget: int, memories: list[Memory] = (), summary: Summary | None = None,
-             earlier_turns: int | None = None, before: str | None = None) -> Context:
+    def load(
+        self,
+        *,
+        user_id: str,
+        session_id: str | None,
+        system: str,
+        question: str,
+        history: list[Message],
+        budget: int,
+        memories: list[Memory] = (),
+        summary: Summary | None = None,
+        earlier_turns: int | None = None,
+        before: str | None = None,
+    ) -> Context:
         """The prompt for `question` after `history` (earlier turns the caller has, oldest first)."""
         turns = sorted((m for m in history if answered(m)), key=lambda m: m.message_id)
         earlier = max(earlier_turns if earlier_turns is not None else len(history), len(history))
@@ -126,9 +137,11 @@ class SessionContextLoader:
             summary_block, summary_cut = _summary_block(summary, min(left, int(budget * SUMMARY_SHARE)) - 1)
             left -= tokens.count(summary_block) + 1 if summary_block else 0
 
-        candidates = [c for c in self._recalled(user_id, session_id, question,
-                                                frozenset(m.message_id for m in verbatim))
-                      if before is None or c.message_id < before]  # a Retry sees only what preceded its turn
+        candidates = [
+            c
+            for c in self._recalled(user_id, session_id, question, frozenset(m.message_id for m in verbatim))
+            if before is None or c.message_id < before
+        ]  # a Retry sees only what preceded its turn
         recalled: list[tuple[Message, str, bool]] = []
 
         def take_recalled(room: int, limit: int, skip: set[str]) -> int:
@@ -165,24 +178,42 @@ class SessionContextLoader:
             left -= take_recalled(left, self.recall_turns * 2, {v.message_id for v in verbatim})
         verbatim.reverse()
         recalled.sort(key=lambda r: r[0].message_id)
-        return self._assemble(system, question, budget, chosen_memories, memory_block,
-                              (summary, summary_block, summary_cut) if summary_block else None, recalled, verbatim,
-                              earlier)
+        return self._assemble(
+            system,
+            question,
+            budget,
+            chosen_memories,
+            memory_block,
+            (summary, summary_block, summary_cut) if summary_block else None,
+            recalled,
+            verbatim,
+            earlier,
+        )
 
-    def _recalled(self, user_id: str, session_id: str | None, question: str, exclude: frozenset[str]
-                  ) -> list[Message]:
+    def _recalled(self, user_id: str, session_id: str | None, question: str, exclude: frozenset[str]) -> list[Message]:
         if self.recall is None or session_id is None:
             return []
-        return [r.message for r in self.recall.recall(user_id, session_id, question, self.recall_turns * 2,
-                                                      exclude=exclude)]
+        return [
+            r.message for r in self.recall.recall(user_id, session_id, question, self.recall_turns * 2, exclude=exclude)
+        ]
 
     @staticmethod
-    def _assemble(system: str, question: str, budget: int, memories: list[Memory], memory_block: str,
-                  summary_part: tuple[Summary, str, bool] | None, recalled: list[tuple[Message, str, bool]],
-                  verbatim: list[Message], earlier: int) -> Context:
+    def _assemble(
+        system: str,
+        question: str,
+        budget: int,
+        memories: list[Memory],
+        memory_block: str,
+        summary_part: tuple[Summary, str, bool] | None,
+        recalled: list[tuple[Message, str, bool]],
+        verbatim: list[Message],
+        earlier: int,
+    ) -> Context:
         sources = [Source("system", tokens.count(system))]
-        sources += [Source("memory", tokens.count(f"- [{m.create_time[:10]}] {m.text}"), m.memory_id,
-                           time=m.create_time) for m in memories]
+        sources += [
+            Source("memory", tokens.count(f"- [{m.create_time[:10]}] {m.text}"), m.memory_id, time=m.create_time)
+            for m in memories
+        ]
         stable = [system]
         if memory_block:
             stable.append(memory_block)
@@ -194,14 +225,24 @@ class SessionContextLoader:
         full = prefix
         if recalled:
             full += "\n\n" + "\n\n".join([RECALL_HEADER, *(text for _, text, _ in recalled)])
-            sources += [Source("recalled", tokens.count(text) + 1, m.message_id, cut, m.create_time)
-                        for m, text, cut in recalled]
+            sources += [
+                Source("recalled", tokens.count(text) + 1, m.message_id, cut, m.create_time)
+                for m, text, cut in recalled
+            ]
         messages: list[dict[str, str]] = []
         for turn in verbatim:
-            messages += [{"role": "user", "content": turn.input_body},
-                         {"role": "assistant", "content": turn.output_body}]
-            sources.append(Source("turn", tokens.count(turn.input_body) + tokens.count(turn.output_body),
-                                  turn.message_id, time=turn.create_time))
+            messages += [
+                {"role": "user", "content": turn.input_body},
+                {"role": "assistant", "content": turn.output_body},
+            ]
+            sources.append(
+                Source(
+                    "turn",
+                    tokens.count(turn.input_body) + tokens.count(turn.output_body),
+                    turn.message_id,
+                    time=turn.create_time,
+                )
+            )
         messages.append({"role": "user", "content": question})
         sources.append(Source("question", tokens.count(question)))
         total = tokens.count(full) + sum(tokens.count(m["content"]) for m in messages)
@@ -209,11 +250,20 @@ class SessionContextLoader:
         note = _note(earlier, len(verbatim), len(recalled), summary_part, len(memories))
         asked = tokens.count(question)
         if question and tokens.count(system) + asked >= budget:  # load()'s test: nothing else fitted beside it
-            note = (f"Your question is about {asked:,} tokens: with the instructions, all of the {budget:,} tokens "
-                    "budgeted for what the model sees; it was sent whole, with nothing else"
-                    + (". " + note if note else "."))
-        return Context(prompt, len(verbatim) + len(recalled), tuple(sources), total, budget, note,
-                       tuple(m.memory_id for m in memories))
+            note = (
+                f"Your question is about {asked:,} tokens: with the instructions, all of the {budget:,} tokens "
+                "budgeted for what the model sees; it was sent whole, with nothing else"
+                + (". " + note if note else ".")
+            )
+        return Context(
+            prompt,
+            len(verbatim) + len(recalled),
+            tuple(sources),
+            total,
+            budget,
+            note,
+            tuple(m.memory_id for m in memories),
+        )
 
 
 def _note(earlier: int, verbatim: int, recalled: int, summary_part, memories: int) -> str | None:
@@ -221,8 +271,11 @@ def _note(earlier: int, verbatim: int, recalled: int, summary_part, memories: in
     sent = verbatim + recalled
     if sent >= earlier:
         return None
-    parts = [f"the newest {verbatim}" + (f" and {recalled} recalled" if recalled else "")
-             + f" of {earlier} earlier turn{'' if earlier == 1 else 's'}"]
+    parts = [
+        f"the newest {verbatim}"
+        + (f" and {recalled} recalled" if recalled else "")
+        + f" of {earlier} earlier turn{'' if earlier == 1 else 's'}"
+    ]
     covered = 0
     if summary_part:
         summary, _, cut = summary_part
@@ -234,5 +287,8 @@ def _note(earlier: int, verbatim: int, recalled: int, summary_part, memories: in
     text = "The model saw " + ", ".join(parts)
     if not left_out:
         return text + "."
-    return text + ("; 1 earlier turn was left out (token budget)." if left_out == 1
-                   else f"; {left_out} earlier turns were left out (token budget).")
+    return text + (
+        "; 1 earlier turn was left out (token budget)."
+        if left_out == 1
+        else f"; {left_out} earlier turns were left out (token budget)."
+    )

@@ -6,28 +6,28 @@ Offline (demo provider) extraction is rule-based: first-person statements that n
 an identity, a decision or a constraint (English and Chinese patterns), labelled as such on the Memory
 page. With Claude, `CHAT_SUMMARY_MODEL` extracts them as a JSON list.
 """
+
 from __future__ import annotations
 
 import json
 import re
 from dataclasses import dataclass, field
 
-from lib import logs
-from lib import tokens
+from lib import logs, tokens
 from lib.context.cache import ContextCache, MemoryState
 from lib.errors import ChatError
+from lib.model.models import Usage
 from lib.storage.memories import MemoryStore, normalise
 from lib.storage.records import DONE, Memory, Message
-from lib.model.models import Usage
 
 RULES, MODEL = "rules", "model"
-BLOCK_HEADER = ("What the user told you in earlier chats (memories, dated; when two conflict, the newer one "
-                "holds):")
+BLOCK_HEADER = "What the user told you in earlier chats (memories, dated; when two conflict, the newer one holds):"
 EXTRACT_INSTRUCTION = (
     "Extract durable facts about the user from the USER MESSAGE below: preferences, names, roles, decisions, "
     "constraints, deadlines, tools they use. Only what the user states about themselves, their team or their "
     "work; nothing from questions they ask, nothing temporary. Skip facts already known. Reply with a JSON list "
-    "of short sentences (at most 5), or [] if there is nothing durable.")
+    "of short sentences (at most 5), or [] if there is nothing durable."
+)
 _EN = re.compile(
     r"\b(my name is|call me|i am an?|i'm an?|i am the|i'm the|i am based|i'm based|i work|i live|i prefer|i'd prefer|i like|i love|i hate|i dislike|i don't like|"
     r"i do not like|i always|i never|i usually|i use|we use|we're using|we are using|we decided|we've decided|"
@@ -35,9 +35,13 @@ _EN = re.compile(
     r"our (?:deadline|budget|stack|policy|standard|convention|rule|release|launch|deploy)|"
     r"my (?:manager|boss|team|role|job|title|email|deadline|budget|preferred|favorite|favourite|dog|cat|"
     r"wife|husband|partner|son|daughter|office|timezone|time zone)|remember that|please remember|note that|"
-    r"from now on|going forward|is allergic|i'm allergic|i am allergic)\b", re.IGNORECASE)
-_ZH = re.compile(r"(我叫|我的名字|我是|我在|我住|我喜欢|我不喜欢|我讨厌|我偏好|我更喜欢|我习惯|我们决定|我们用|我们使用|"
-                 r"我们选择|我们改用|请记住|记住|以后|我的.{1,8}是)")
+    r"from now on|going forward|is allergic|i'm allergic|i am allergic)\b",
+    re.IGNORECASE,
+)
+_ZH = re.compile(
+    r"(我叫|我的名字|我是|我在|我住|我喜欢|我不喜欢|我讨厌|我偏好|我更喜欢|我习惯|我们决定|我们用|我们使用|"
+    r"我们选择|我们改用|请记住|记住|以后|我的.{1,8}是)"
+)
 _SENTENCE = re.compile(r"[^.!?。！？\n]+[.!?。！？]?")
 
 
@@ -79,8 +83,12 @@ class Extractor:
         if self.method == RULES:
             return rule_facts(question), None
         listed = "\n".join(f"- {m.text}" for m in known[-50:]) or "(none)"
-        text, usage = self._model.complete(EXTRACT_INSTRUCTION, f"Known facts:\n{listed}\n\nUSER MESSAGE:\n"
-                                           f"{tokens.clip(question, 3000)}", model=self.model_name, max_tokens=300)
+        text, usage = self._model.complete(
+            EXTRACT_INSTRUCTION,
+            f"Known facts:\n{listed}\n\nUSER MESSAGE:\n{tokens.clip(question, 3000)}",
+            model=self.model_name,
+            max_tokens=300,
+        )
         try:
             start, end = text.index("["), text.rindex("]") + 1
             facts = [str(f).strip() for f in json.loads(text[start:end]) if str(f).strip()]
@@ -99,8 +107,16 @@ def memory_state(store: MemoryStore, cache: ContextCache, user_id: str) -> Memor
     return state
 
 
-def extract_memories_after_save(store: MemoryStore, extractor: Extractor, cache: ContextCache, user_id: str,
-                                message: Message, *, cap_tokens: int, ledger=None) -> MemoryOutcome:
+def extract_memories_after_save(
+    store: MemoryStore,
+    extractor: Extractor,
+    cache: ContextCache,
+    user_id: str,
+    message: Message,
+    *,
+    cap_tokens: int,
+    ledger=None,
+) -> MemoryOutcome:
     """Call after the turn is saved: add the durable facts of its question (1 PutItem each, conditional)."""
     if message.status != DONE:
         return MemoryOutcome()
@@ -123,8 +139,9 @@ def extract_memories_after_save(store: MemoryStore, extractor: Extractor, cache:
         if used + tokens.count(fact) > cap_tokens:  # add-only: a full memory keeps the old, says so
             full = True
             continue
-        memory = store.add(user_id, fact, session_id=message.session_id, message_id=message.message_id,
-                           at=message.create_time)
+        memory = store.add(
+            user_id, fact, session_id=message.session_id, message_id=message.message_id, at=message.create_time
+        )
         if memory is None:
             duplicates += 1
             continue
@@ -149,8 +166,12 @@ def choose(memories: list[Memory], question: str, budget: int) -> list[Memory]:
     if tokens.count(render_block(memories)) <= budget:
         return list(memories)
     query = set(tokens.terms(question))
-    ranked = [m for _, _, m in sorted(((-len(query & set(tokens.terms(m.text))), -i, m)
-                                       for i, m in enumerate(memories)), key=lambda r: r[:2])]
+    ranked = [
+        m
+        for _, _, m in sorted(
+            ((-len(query & set(tokens.terms(m.text))), -i, m) for i, m in enumerate(memories)), key=lambda r: r[:2]
+        )
+    ]
     chosen: list[Memory] = []
     for memory in ranked:
         if tokens.count(render_block(chosen + [memory])) <= budget:

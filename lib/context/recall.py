@@ -1,12 +1,13 @@
 """Recall of older turns: the turns most relevant to a question, from what was already read.
 
 `Recall` is the interface; `KeywordRecall` scores turns by BM25 over keyword terms
-(words, and character bigrams for CJK text). Semantic recall (issue 11: SearchVectors
+(words, and character bigrams for CJK text). Semantic recall (SearchVectors
 over VEC#<session>#<message> items) implements the same protocol and can be fused with
 it. KeywordRecall costs no full read: it scores the turns the page loaded plus the older
 turns a `TurnPool` read once per browser session and chat (at most OLDER_PAGES Queries
 of 1 MB, none when the whole chat was loaded); the pool is then extended with each new turn.
 """
+
 from __future__ import annotations
 
 import math
@@ -26,8 +27,9 @@ class RecalledTurn:
 
 
 class Recall(Protocol):
-    def recall(self, user_id: str, session_id: str, question: str, k: int, *,
-               exclude: frozenset[str] = frozenset()) -> list[RecalledTurn]:
+    def recall(
+        self, user_id: str, session_id: str, question: str, k: int, *, exclude: frozenset[str] = frozenset()
+    ) -> list[RecalledTurn]:
         """The k turns of the session most relevant to `question`, best first, none of `exclude` (message ids)."""
         ...
 
@@ -43,7 +45,7 @@ class TurnPool:
 
     turns: dict[str, Message] = field(default_factory=dict)
     complete: bool = False
-    requests: int = 0  # DynamoDB requests this pool has spent (the issue's budget: at most 2 per chat)
+    requests: int = 0  # DynamoDB requests this pool has spent (the budget: at most 2 per chat)
     _terms: dict[str, Counter] = field(default_factory=dict, repr=False)
 
     def add(self, turns: list[Message]) -> None:
@@ -63,8 +65,16 @@ class TurnPool:
             self._terms[turn.message_id] = found
         return found
 
-    def fill(self, store: SummaryStore | None, user_id: str, session_id: str, earlier_turns: int,
-             loaded: list[Message], *, pages: int = 2) -> None:
+    def fill(
+        self,
+        store: SummaryStore | None,
+        user_id: str,
+        session_id: str,
+        earlier_turns: int,
+        loaded: list[Message],
+        *,
+        pages: int = 2,
+    ) -> None:
         """Know `loaded` and, once per pool, the older turns (at most `pages` Queries); 0 requests if all are
         loaded."""
         self.add(loaded)
@@ -86,8 +96,9 @@ class KeywordRecall:
         self._pools = pools
         self._k1, self._b = k1, b
 
-    def recall(self, user_id: str, session_id: str, question: str, k: int, *,
-               exclude: frozenset[str] = frozenset()) -> list[RecalledTurn]:
+    def recall(
+        self, user_id: str, session_id: str, question: str, k: int, *, exclude: frozenset[str] = frozenset()
+    ) -> list[RecalledTurn]:
         pool = self._pools.pool(user_id, session_id)
         query = set(tokens.terms(question))
         docs = [t for t in pool.ordered() if answered(t) and t.message_id not in exclude]

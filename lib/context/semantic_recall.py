@@ -7,9 +7,9 @@ turn pool holds (lib/context/recall.py: the turns the page loaded and up to 2 ol
 so it adds no item read. Neither path may delay the first token: the local model's weights
 load in the background on first use, and until they are in, recall is keyword only.
 """
+
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 from lib import logs
@@ -28,16 +28,11 @@ class SemanticRecall:
 
     def ready(self) -> bool:
         """False while the local model's weights are still loading (they start loading here, in the background)."""
-        embedder = self._indexer.embedder
-        if getattr(embedder, "_model", True) is not None:
-            return True
-        if not getattr(embedder, "_warming", False):
-            type(embedder)._warming = True
-            threading.Thread(target=embedder._load, name="embedder-load", daemon=True).start()
-        return False
+        return self._indexer.embedder.ready()
 
-    def recall(self, user_id: str, session_id: str, question: str, k: int, *,
-               exclude: frozenset[str] = frozenset()) -> list[RecalledTurn]:
+    def recall(
+        self, user_id: str, session_id: str, question: str, k: int, *, exclude: frozenset[str] = frozenset()
+    ) -> list[RecalledTurn]:
         if k <= 0 or not question.strip() or not self.ready():
             return []
         pool = self._pools.pool(user_id, session_id)
@@ -51,8 +46,13 @@ class SemanticRecall:
         for hit in hits:
             item = hit.item
             turn = pool.turns.get(item.get("message_id", ""))
-            if item.get("session_id") != session_id or item.get("embed_model") != self._indexer.embedder.model \
-                    or turn is None or turn.message_id in exclude or not answered(turn):
+            if (
+                item.get("session_id") != session_id
+                or item.get("embed_model") != self._indexer.embedder.model
+                or turn is None
+                or turn.message_id in exclude
+                or not answered(turn)
+            ):
                 continue
             out.append(RecalledTurn(turn, 2.0 - hit.score))  # COSINE: 0 is identical
             if len(out) == k:
@@ -66,8 +66,9 @@ class FusedRecall:
     def __init__(self, *parts: Recall):
         self._parts = parts
 
-    def recall(self, user_id: str, session_id: str, question: str, k: int, *,
-               exclude: frozenset[str] = frozenset()) -> list[RecalledTurn]:
+    def recall(
+        self, user_id: str, session_id: str, question: str, k: int, *, exclude: frozenset[str] = frozenset()
+    ) -> list[RecalledTurn]:
         scores: dict[str, float] = {}
         turns: dict[str, Any] = {}
         for part in self._parts:

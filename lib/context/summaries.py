@@ -7,17 +7,17 @@ are all on the page the chat opened with (20 turns) and summarising reads nothin
 Who: `CHAT_SUMMARY_MODEL` (a cheaper Claude) or, with the demo provider, a deterministic
 extractive summary labelled as such. Races: see lib.storage.summaries (conditional on the version).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lib import logs
-from lib import tokens
+from lib import logs, tokens
 from lib.errors import ChatError
+from lib.model.models import Usage
 from lib.storage import keys
 from lib.storage.records import DONE, Message, Session, Summary
 from lib.storage.summaries import SummaryChanged, SummaryStore
-from lib.model.models import Usage
 
 EXTRACTIVE = "extractive"
 MODEL = "model"
@@ -26,7 +26,8 @@ SUMMARY_INSTRUCTION = (
     "You keep the running summary of a long chat between an employee and an assistant. Rewrite the current "
     "summary to include the new turns. Keep every fact, name, number, date, decision, preference and open "
     "question; when a new turn contradicts the summary, keep the newer fact and say it changed. Write short "
-    "bullet points, oldest first, at most {words} words. Reply with the summary only.")
+    "bullet points, oldest first, at most {words} words. Reply with the summary only."
+)
 EXTRACTIVE_HEADER = "Extractive summary (demo model: first sentences of each turn, not written by a model)"
 
 
@@ -54,8 +55,10 @@ def extractive(previous: str, turns: list[Message], max_tokens: int) -> str:
     lines = [line for line in previous.splitlines()[1:] if line.strip()] if previous else []
     for turn in turns:
         if turn.status == DONE and turn.output_body:
-            lines.append(f"- {turn.create_time[:10]}: user: {_first_sentence(turn.input_body, 60)} "
-                         f"— answer: {_first_sentence(turn.output_body, 30)}")
+            lines.append(
+                f"- {turn.create_time[:10]}: user: {_first_sentence(turn.input_body, 60)} "
+                f"— answer: {_first_sentence(turn.output_body, 30)}"
+            )
     dropped = 0
     if lines and lines[0].startswith("- (") and lines[0][3:].split(" ", 1)[0].isdigit():
         dropped = int(lines.pop(0)[3:].split(" ", 1)[0])
@@ -84,12 +87,16 @@ class Summarizer:
             return extractive(previous, turns, self.max_tokens), None
         transcript = "\n\n".join(
             f"[{t.create_time[:10]}] User: {tokens.clip(t.input_body, TURN_INPUT_TOKENS // 2)}\n"
-            f"Assistant: {tokens.clip(t.output_body, TURN_INPUT_TOKENS)}" for t in turns
-            if t.status == DONE and t.output_body)
+            f"Assistant: {tokens.clip(t.output_body, TURN_INPUT_TOKENS)}"
+            for t in turns
+            if t.status == DONE and t.output_body
+        )
         text, usage = self._model.complete(
             SUMMARY_INSTRUCTION.format(words=int(self.max_tokens * 0.7)),
             f"Current summary:\n{previous or '(none yet)'}\n\nNew turns:\n{transcript}",
-            model=self.model_name, max_tokens=self.max_tokens)
+            model=self.model_name,
+            max_tokens=self.max_tokens,
+        )
         return tokens.clip(text.strip(), self.max_tokens), usage
 
 
@@ -108,9 +115,18 @@ def due(history: list[Message], summary: Summary | None, *, verbatim_turns: int,
     return fresh if len(fresh) >= every else []
 
 
-def summarize_after_save(store: SummaryStore, summarizer: Summarizer, user_id: str, session: Session,
-                         history: list[Message], summary: Summary | None, *, verbatim_turns: int, every: int,
-                         ledger=None) -> SummaryOutcome:
+def summarize_after_save(
+    store: SummaryStore,
+    summarizer: Summarizer,
+    user_id: str,
+    session: Session,
+    history: list[Message],
+    summary: Summary | None,
+    *,
+    verbatim_turns: int,
+    every: int,
+    ledger=None,
+) -> SummaryOutcome:
     """Call after the turn is saved (never before the first token): summarise if due, write conditionally.
 
     `history` is what the page has loaded (oldest first, the saved turn included) and `summary` the one it
@@ -127,7 +143,7 @@ def summarize_after_save(store: SummaryStore, summarizer: Summarizer, user_id: s
     text, usage = summary.text if summary else "", Usage()
     try:
         for start in range(0, len(batch), every):  # a long gap goes `every` turns per call, like live turns
-            text, part = summarizer.summarize(text, batch[start:start + every])
+            text, part = summarizer.summarize(text, batch[start : start + every])
             if part is not None:
                 usage = Usage(usage.input_tokens + part.input_tokens, usage.output_tokens + part.output_tokens)
     except ChatError as exc:  # the summary model failed: the chat goes on, the next turn tries again
@@ -135,8 +151,17 @@ def summarize_after_save(store: SummaryStore, summarizer: Summarizer, user_id: s
         return SummaryOutcome(summary)
     if summarizer.method == MODEL and ledger is not None:
         ledger.record_tokens(user_id, f"{summarizer.model_name} (summary)", usage)
-    new = Summary(session.session_id, text, 0, batch[-1].message_id, covered_turns + len(batch),
-                  summarizer.method, summarizer.model_name, keys.now(), tokens.count(text))
+    new = Summary(
+        session.session_id,
+        text,
+        0,
+        batch[-1].message_id,
+        covered_turns + len(batch),
+        summarizer.method,
+        summarizer.model_name,
+        keys.now(),
+        tokens.count(text),
+    )
     try:
         written = store.put(user_id, new, previous=summary.version if summary else None)
     except SummaryChanged:
@@ -146,20 +171,37 @@ def summarize_after_save(store: SummaryStore, summarizer: Summarizer, user_id: s
     return SummaryOutcome(written, written=True, usage=usage)
 
 
-def regenerate_summary(store: SummaryStore, summarizer: Summarizer, user_id: str, session_id: str,
-                       summary: Summary, *, every: int, ledger=None) -> SummaryOutcome:
+def regenerate_summary(
+    store: SummaryStore,
+    summarizer: Summarizer,
+    user_id: str,
+    session_id: str,
+    summary: Summary,
+    *,
+    every: int,
+    ledger=None,
+) -> SummaryOutcome:
     """The user's Regenerate: rebuild the summary of the same turns from scratch, `every` turns at a time
     (reads those turns: 1 Query per 1 MB). Conditional on the version the user saw."""
     turns = [t for t in store.turns_after(user_id, session_id, None) if t.message_id <= summary.covered_until]
     text, total = "", Usage()
     for start in range(0, len(turns), max(1, every)):
-        text, usage = summarizer.summarize(text, turns[start:start + every])
+        text, usage = summarizer.summarize(text, turns[start : start + every])
         if usage is not None:
             total = Usage(total.input_tokens + usage.input_tokens, total.output_tokens + usage.output_tokens)
     if ledger is not None and summarizer.method == MODEL:
         ledger.record_tokens(user_id, f"{summarizer.model_name} (summary)", total)
-    new = Summary(session_id, text, 0, summary.covered_until, len(turns), summarizer.method,
-                  summarizer.model_name, keys.now(), tokens.count(text))
+    new = Summary(
+        session_id,
+        text,
+        0,
+        summary.covered_until,
+        len(turns),
+        summarizer.method,
+        summarizer.model_name,
+        keys.now(),
+        tokens.count(text),
+    )
     try:
         return SummaryOutcome(store.put(user_id, new, previous=summary.version), written=True, usage=total)
     except SummaryChanged:

@@ -9,7 +9,7 @@ A write request's final images are committed in ONE SQLite transaction before th
 response is sent (lib/embedded/server.py); a commit that fails raises DiskError
 with a sentence naming the folder and the fix, and the write is undone in memory.
 
-`synchronous=NORMAL`, chosen by measurement (bench/local_db.py and README): every
+`synchronous=NORMAL`, chosen by measurement (bench/local_db.py, docs/performance.md): every
 commit is in the WAL, in the OS's page cache, before the response, so a killed or
 crashed app loses nothing it acknowledged; the WAL is fsynced by a checkpoint at
 most SYNC_INTERVAL_S after a write (lib/embedded/server.py runs it), so an OS crash
@@ -22,6 +22,7 @@ One process owns a folder at a time: an exclusive flock on `lock`; the lock file
 link count is checked before every commit, so a lock file deleted while running
 stops writes instead of letting a second process in unnoticed.
 """
+
 from __future__ import annotations
 
 import base64
@@ -78,20 +79,30 @@ def explain(exc: BaseException, folder: Path) -> str:
     err = getattr(exc, "errno", None)
     text = str(exc).lower()
     if name == "SQLITE_FULL" or err == errno.ENOSPC or "disk is full" in text:
-        return (f"The disk holding the local database {folder}/ is full: free some space there (nothing was "
-                "changed by the refused write), then try again.")
+        return (
+            f"The disk holding the local database {folder}/ is full: free some space there (nothing was "
+            "changed by the refused write), then try again."
+        )
     if name.startswith("SQLITE_READONLY") or err in (errno.EROFS, errno.EACCES, errno.EPERM) or "readonly" in text:
-        return (f"The local database folder {folder}/ is read-only: make it writable (chmod u+w, or remount it "
-                "read-write), or set CHAT_DATA_DIR to a writable folder.")
+        return (
+            f"The local database folder {folder}/ is read-only: make it writable (chmod u+w, or remount it "
+            "read-write), or set CHAT_DATA_DIR to a writable folder."
+        )
     if name in ("SQLITE_CORRUPT", "SQLITE_NOTADB") or "malformed" in text or "not a database" in text:
-        return (f"The local database {folder}/{FILE_NAME} is damaged. Restore your last backup with "
-                f"`{RESTORE_HINT}` (make one with `python -m lib.admin backup --out FILE`), or move the "
-                "folder away to start empty.")
+        return (
+            f"The local database {folder}/{FILE_NAME} is damaged. Restore your last backup with "
+            f"`{RESTORE_HINT}` (make one with `python -m lib.admin backup --out FILE`), or move the "
+            "folder away to start empty."
+        )
     if name.startswith("SQLITE_BUSY") or "locked" in text:
-        return (f"The local database in {folder}/ is in use by another process (another `streamlit run` or admin "
-                "command). Stop it first, or set CHAT_DATA_DIR to another folder.")
-    return (f"The local database in {folder}/ could not be read or written ({type(exc).__name__}: {exc}): check "
-            "the disk and the folder's permissions, then try again.")
+        return (
+            f"The local database in {folder}/ is in use by another process (another `streamlit run` or admin "
+            "command). Stop it first, or set CHAT_DATA_DIR to another folder."
+        )
+    return (
+        f"The local database in {folder}/ could not be read or written ({type(exc).__name__}: {exc}): check "
+        "the disk and the folder's permissions, then try again."
+    )
 
 
 class Disk:
@@ -112,13 +123,17 @@ class Disk:
         """Lock the folder, open (or create) the database, check it. ConfigError/StoreUnavailable say what to do."""
         folder = Path(folder)
         if folder.exists() and not folder.is_dir():
-            raise ConfigError(f"CHAT_DATA_DIR {folder} is a file, not a folder: set CHAT_DATA_DIR to a folder (it "
-                              "is created if missing), or move that file away.")
+            raise ConfigError(
+                f"CHAT_DATA_DIR {folder} is a file, not a folder: set CHAT_DATA_DIR to a folder (it "
+                "is created if missing), or move that file away."
+            )
         try:
             folder.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise StoreUnavailable(f"The local database folder {folder}/ cannot be created ({exc.strerror}): "
-                                   "create it yourself, or set CHAT_DATA_DIR to a folder you can write.") from exc
+            raise StoreUnavailable(
+                f"The local database folder {folder}/ cannot be created ({exc.strerror}): "
+                "create it yourself, or set CHAT_DATA_DIR to a folder you can write."
+            ) from exc
         lock_file = cls.lock_folder(folder)
         try:
             connection = cls._connect(folder)
@@ -133,8 +148,9 @@ class Disk:
         try:
             lock_file = (folder / LOCK_NAME).open("a+")
         except IsADirectoryError as exc:
-            raise ConfigError(f"{folder / LOCK_NAME} is a folder; the local database needs that name for its lock "
-                              "file: move it away.") from exc
+            raise ConfigError(
+                f"{folder / LOCK_NAME} is a folder; the local database needs that name for its lock file: move it away."
+            ) from exc
         except OSError as exc:
             raise StoreUnavailable(explain(exc, folder)) from exc
         try:
@@ -143,7 +159,8 @@ class Disk:
             lock_file.close()
             raise StoreUnavailable(
                 f"The local database in {folder}/ is in use by another process (another `streamlit run` or admin "
-                "command). Stop it first, or set CHAT_DATA_DIR to another folder.") from None
+                "command). Stop it first, or set CHAT_DATA_DIR to another folder."
+            ) from None
         return lock_file
 
     @staticmethod
@@ -162,17 +179,22 @@ class Disk:
                 raise StoreUnavailable(
                     f"The local database {path} is damaged ({problems[0]}). Restore your last backup with "
                     f"`{RESTORE_HINT}` (make one with `python -m lib.admin backup --out FILE`), or move the folder "
-                    "away to start empty.")
+                    "away to start empty."
+                )
             if db.execute("PRAGMA journal_mode=WAL").fetchone()[0].lower() != "wal":
-                raise StoreUnavailable(f"The local database {path} cannot use its write-ahead log: check that "
-                                       f"{folder}/ is writable and on a local disk.")
+                raise StoreUnavailable(
+                    f"The local database {path} cannot use its write-ahead log: check that "
+                    f"{folder}/ is writable and on a local disk."
+                )
             db.execute(f"PRAGMA synchronous={SYNCHRONOUS}")
             db.executescript(_SCHEMA)
             db.execute("INSERT OR IGNORE INTO meta VALUES ('format', ?)", (FORMAT_VERSION,))
             version = db.execute("SELECT value FROM meta WHERE key = 'format'").fetchone()[0]
             if version != FORMAT_VERSION:
-                raise StoreUnavailable(f"The local database {path} has format {version}, this app reads format "
-                                       f"{FORMAT_VERSION}: run the app version that wrote it.")
+                raise StoreUnavailable(
+                    f"The local database {path} has format {version}, this app reads format "
+                    f"{FORMAT_VERSION}: run the app version that wrote it."
+                )
         except sqlite3.Error as exc:
             db.close()
             raise StoreUnavailable(explain(exc, folder)) from exc
@@ -192,8 +214,10 @@ class Disk:
 
     def table_requests(self) -> list[tuple[str, str, dict]]:
         """(table, operation, request) in the order they were made."""
-        return [(t, op, json.loads(r)) for t, op, r in
-                self._read("SELECT tbl, operation, request FROM table_requests ORDER BY seq")]
+        return [
+            (t, op, json.loads(r))
+            for t, op, r in self._read("SELECT tbl, operation, request FROM table_requests ORDER BY seq")
+        ]
 
     def partition(self, table: str, pk: str) -> list[str]:
         """The JSON images of one partition's items."""
@@ -203,8 +227,10 @@ class Disk:
         """(pk, sk, image) in key order (UTF-8 byte order = DynamoDB's string order), after `after`."""
         if after is None:
             return self._read("SELECT pk, sk, item FROM items WHERE tbl = ? ORDER BY pk, sk LIMIT ?", (table, limit))
-        return self._read("SELECT pk, sk, item FROM items WHERE tbl = ? AND (pk, sk) > (?, ?) ORDER BY pk, sk "
-                          "LIMIT ?", (table, *after, limit))
+        return self._read(
+            "SELECT pk, sk, item FROM items WHERE tbl = ? AND (pk, sk) > (?, ?) ORDER BY pk, sk LIMIT ?",
+            (table, *after, limit),
+        )
 
     def count(self, table: str) -> int:
         return self._read("SELECT count(*) FROM items INDEXED BY items_by_table WHERE tbl = ?", (table,))[0][0]
@@ -226,9 +252,11 @@ class Disk:
         except OSError:
             linked = False
         if not linked:
-            raise DiskError(f"The lock file {self.folder}/{LOCK_NAME} was deleted while the app was running, so "
-                            f"another process may be using {self.folder}/: stop every app and admin command on that "
-                            "folder, then start the app again (this write was not saved).")
+            raise DiskError(
+                f"The lock file {self.folder}/{LOCK_NAME} was deleted while the app was running, so "
+                f"another process may be using {self.folder}/: stop every app and admin command on that "
+                "folder, then start the app again (this write was not saved)."
+            )
 
     def transaction(self, statements: list[tuple[str, tuple | list[tuple]]]) -> None:
         """Run the statements in one SQLite transaction: all durable on return, or none (DiskError)."""
@@ -262,30 +290,45 @@ class Disk:
         statements (the vector index entries of those images: lib/embedded/vectors.py)."""
         self.unsynced = True
         # A request names each key once (DynamoDB refuses duplicates), so puts and deletes can go in two batches.
-        self.transaction([
-            ("INSERT OR REPLACE INTO items VALUES (?, ?, ?, ?)", [w for w in writes if w[3] is not None]),
-            ("DELETE FROM items WHERE tbl = ? AND pk = ? AND sk = ?", [w[:3] for w in writes if w[3] is None]),
-            *extra])
+        self.transaction(
+            [
+                ("INSERT OR REPLACE INTO items VALUES (?, ?, ?, ?)", [w for w in writes if w[3] is not None]),
+                ("DELETE FROM items WHERE tbl = ? AND pk = ? AND sk = ?", [w[:3] for w in writes if w[3] is None]),
+                *extra,
+            ]
+        )
 
     def record_table_request(self, table: str, operation: str, request: dict) -> None:
-        statements = [("INSERT INTO table_requests (tbl, operation, request) VALUES (?, ?, ?)",
-                       (table, operation, json.dumps(request, ensure_ascii=False)))]
+        statements = [
+            (
+                "INSERT INTO table_requests (tbl, operation, request) VALUES (?, ?, ?)",
+                (table, operation, json.dumps(request, ensure_ascii=False)),
+            )
+        ]
         if operation == "CreateTable":  # a table made again after a delete starts empty
-            statements[:0] = [("DELETE FROM table_requests WHERE tbl = ?", (table,)),
-                              ("DELETE FROM items WHERE tbl = ?", (table,))]
+            statements[:0] = [
+                ("DELETE FROM table_requests WHERE tbl = ?", (table,)),
+                ("DELETE FROM items WHERE tbl = ?", (table,)),
+            ]
         self.transaction(statements)
 
     def drop_table(self, table: str) -> None:
-        self.transaction([("DELETE FROM table_requests WHERE tbl = ?", (table,)),
-                          ("DELETE FROM items WHERE tbl = ?", (table,))])
+        self.transaction(
+            [("DELETE FROM table_requests WHERE tbl = ?", (table,)), ("DELETE FROM items WHERE tbl = ?", (table,))]
+        )
 
-    def import_all(self, tables: dict[str, dict], items: Iterator[tuple[str, str, str, str]],
-                   meta: dict[str, str]) -> None:
+    def import_all(
+        self, tables: dict[str, dict], items: Iterator[tuple[str, str, str, str]], meta: dict[str, str]
+    ) -> None:
         """A migration: table definitions, items and meta markers in one transaction (all or nothing)."""
         statements: list[tuple[str, tuple]] = []
         for name, request in tables.items():
-            statements.append(("INSERT INTO table_requests (tbl, operation, request) VALUES (?, 'CreateTable', ?)",
-                               (name, json.dumps(request))))
+            statements.append(
+                (
+                    "INSERT INTO table_requests (tbl, operation, request) VALUES (?, 'CreateTable', ?)",
+                    (name, json.dumps(request)),
+                )
+            )
         statements.append(("INSERT OR REPLACE INTO items VALUES (?, ?, ?, ?)", list(items)))
         statements.append(("INSERT OR REPLACE INTO meta VALUES (?, ?)", list(meta.items())))
         self.transaction(statements)

@@ -7,6 +7,7 @@ server died writing it, before that request got its response. The old files are
 kept, renamed `*.imported`; a marker in the database makes an interrupted rename
 finish on the next start instead of importing twice.
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -44,7 +45,8 @@ def _bad(path: Path, number: int, why: str) -> StoreUnavailable:
     folder = path.parent
     return StoreUnavailable(
         f"Line {number} of {path} cannot be read ({why}), so the old journal was not imported (nothing was, and the "
-        f"old files are unchanged): fix or delete that line and start again, or move {folder}/ away to start empty.")
+        f"old files are unchanged): fix or delete that line and start again, or move {folder}/ away to start empty."
+    )
 
 
 def _entries(path: Path, journal: bool) -> list[tuple[int, list]]:
@@ -63,8 +65,11 @@ def _entries(path: Path, journal: bool) -> list[tuple[int, list]]:
             if not isinstance(writes, list):
                 raise TypeError("'w' is not a list")
             for table, key, image in writes:
-                if not isinstance(table, str) or not isinstance(key, dict) or not (image is None or
-                                                                                    isinstance(image, dict)):
+                if (
+                    not isinstance(table, str)
+                    or not isinstance(key, dict)
+                    or not (image is None or isinstance(image, dict))
+                ):
                     raise TypeError("not [table, key, image]")
         except (UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
             if torn and journal:
@@ -88,15 +93,17 @@ def import_journal(disk: Disk) -> str | None:
             raise StoreUnavailable(
                 f"{folder}/ holds both a database and an old journal ({', '.join(p.name for p in present)}) not "
                 "imported into it: move the journal files away to keep the database, or move the database "
-                "(chat.sqlite3*) away to import the journal.")
+                "(chat.sqlite3*) away to import the journal."
+            )
         if journal.is_file() and journal.stat().st_size and not snapshot.is_file():
             raise StoreUnavailable(
                 f"{snapshot} is missing, but {journal} is not empty: the snapshot holds everything older than the "
                 "journal, so importing the journal alone would lose chats. Put the snapshot back, or move both away "
-                "to start empty.")
+                "to start empty."
+            )
         state: dict[tuple[str, str], tuple[dict, dict | None]] = {}
         for path in present:
-            for number, writes in _entries(path, journal=path == journal):
+            for _number, writes in _entries(path, journal=path == journal):
                 for table, key, image in writes:
                     state[(table, json.dumps(key, sort_keys=True))] = (key, image)
         tables = {name: table_request(name) for name in sorted({table for table, _ in state})}
@@ -106,18 +113,27 @@ def import_journal(disk: Disk) -> str | None:
                 continue
             schema = {k["KeyType"]: k["AttributeName"] for k in tables[table]["KeySchema"]}
             try:
-                (hash_kind, hash_value), = key[schema["HASH"]].items()
-                (range_kind, range_value), = key[schema["RANGE"]].items()
+                ((hash_kind, hash_value),) = key[schema["HASH"]].items()
+                ((range_kind, range_value),) = key[schema["RANGE"]].items()
                 if image[schema["HASH"]] != key[schema["HASH"]] or image[schema["RANGE"]] != key[schema["RANGE"]]:
                     raise ValueError("the image's key differs from its key")
             except (KeyError, ValueError, AttributeError) as exc:
                 raise StoreUnavailable(
                     f"The old journal in {folder}/ has an item of table '{table}' without a valid pk/sk key ({exc}), "
-                    "so nothing was imported and the old files are unchanged: move them away to start empty.") from exc
-            rows.append((table, key_text(hash_kind, hash_value), key_text(range_kind, range_value),
-                         json.dumps(image, ensure_ascii=False)))
-        summary = (f"{len(rows)} items in {len(tables)} tables from {' + '.join(p.name for p in present)}, "
-                   f"{dt.datetime.now(dt.timezone.utc).isoformat(timespec='seconds')}")
+                    "so nothing was imported and the old files are unchanged: move them away to start empty."
+                ) from exc
+            rows.append(
+                (
+                    table,
+                    key_text(hash_kind, hash_value),
+                    key_text(range_kind, range_value),
+                    json.dumps(image, ensure_ascii=False),
+                )
+            )
+        summary = (
+            f"{len(rows)} items in {len(tables)} tables from {' + '.join(p.name for p in present)}, "
+            f"{dt.datetime.now(dt.timezone.utc).isoformat(timespec='seconds')}"
+        )
         try:
             disk.import_all(tables, iter(rows), {MARKER: summary})
         except DiskError as exc:
@@ -131,6 +147,8 @@ def import_journal(disk: Disk) -> str | None:
         try:
             path.rename(target)
         except OSError as exc:
-            raise StoreUnavailable(f"The old journal was imported into {disk.path}, but {path} could not be renamed "
-                                   f"({exc.strerror}): rename it yourself, then start again.") from exc
+            raise StoreUnavailable(
+                f"The old journal was imported into {disk.path}, but {path} could not be renamed "
+                f"({exc.strerror}): rename it yourself, then start again."
+            ) from exc
     return summary

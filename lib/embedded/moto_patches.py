@@ -8,7 +8,7 @@ Safe only with requests serialized (lib/embedded/server.py does that):
 3. The item size limit is 405,000 bytes by moto's own sizing (no List/Map overhead,
    numbers sized as text), recomputed over every attribute on each attribute set
    (quadratic per item) and counting a replaced attribute twice: the check uses
-   DynamoDB's exact rule and 400 KB (lib/embedded/sizing.py), once per written item.
+   DynamoDB's exact rule and 400 KB (lib/storage/itemsize.py), once per written item.
 4. Every Query sorts the whole table and scans it for the partition, so a sidebar
    or a session gets slower as anyone's history grows: each partition keeps its
    sort keys in order, and a Query bisects to its start and reads one page.
@@ -27,6 +27,7 @@ Guardrails: `apply` refuses any moto but MOTO_VERSION and checks the parameters 
 every function it wraps or relies on, so an upgrade cannot silently bring the old
 defects back; tests/test_local_dynamo.py tests the effects.
 """
+
 from __future__ import annotations
 
 import base64
@@ -39,23 +40,57 @@ import threading
 from decimal import Decimal
 from typing import Any
 
-from lib.storage.itemsize import ITEM_LIMIT_BYTES, item_size
 from lib.errors import ConfigError
+from lib.storage.itemsize import ITEM_LIMIT_BYTES, item_size
 
 RESULT_SIZE_LIMIT = 1_000_000  # a Query page stops at 1 MB, as moto's own does
 MOTO_VERSION = "5.2.5"
 # The parameters of every moto function patched, wrapped or called with positional arguments here.
 SIGNATURES = {
     "moto.dynamodb.models.table.Table.__init__": (
-        "self", "table_name", "account_id", "region", "schema", "attr", "throughput", "billing_mode", "indexes",
-        "global_indexes", "streams", "sse_specification", "tags", "deletion_protection_enabled", "warm_throughput"),
+        "self",
+        "table_name",
+        "account_id",
+        "region",
+        "schema",
+        "attr",
+        "throughput",
+        "billing_mode",
+        "indexes",
+        "global_indexes",
+        "streams",
+        "sse_specification",
+        "tags",
+        "deletion_protection_enabled",
+        "warm_throughput",
+    ),
     "moto.dynamodb.models.table.Table.query": (
-        "self", "hash_key", "range_comparison", "range_objs", "limit", "exclusive_start_key", "scan_index_forward",
-        "projection_expressions", "index_name", "consistent_read", "filter_expression", "hash_key_conditions",
-        "range_key_conditions", "filter_kwargs"),
+        "self",
+        "hash_key",
+        "range_comparison",
+        "range_objs",
+        "limit",
+        "exclusive_start_key",
+        "scan_index_forward",
+        "projection_expressions",
+        "index_name",
+        "consistent_read",
+        "filter_expression",
+        "hash_key_conditions",
+        "range_key_conditions",
+        "filter_kwargs",
+    ),
     "moto.dynamodb.models.table.Table.scan": (
-        "self", "filters", "limit", "exclusive_start_key", "filter_expression", "index_name", "consistent_read",
-        "projection_expression", "segments"),
+        "self",
+        "filters",
+        "limit",
+        "exclusive_start_key",
+        "filter_expression",
+        "index_name",
+        "consistent_read",
+        "projection_expression",
+        "segments",
+    ),
     "moto.dynamodb.models.table.Table.__len__": ("self",),
     "moto.dynamodb.models.table.Table.get_item": ("self", "hash_key", "range_key", "projection_expression"),
     "moto.dynamodb.models.table.Table.delete_item": ("self", "hash_key", "range_key"),
@@ -63,8 +98,17 @@ SIGNATURES = {
     "moto.dynamodb.models.DynamoDBBackend.transact_write_items": ("self", "transact_items"),
     "moto.dynamodb.models.DynamoDBBackend.get_keys_value": ("self", "table", "keys"),
     "moto.dynamodb.models.DynamoDBBackend.update_item": (
-        "self", "table_name", "key", "update_expression", "expression_attribute_names", "expression_attribute_values",
-        "attribute_updates", "expected", "condition_expression", "return_values_on_condition_check_failure"),
+        "self",
+        "table_name",
+        "key",
+        "update_expression",
+        "expression_attribute_names",
+        "expression_attribute_values",
+        "attribute_updates",
+        "expected",
+        "condition_expression",
+        "return_values_on_condition_check_failure",
+    ),
     "moto.dynamodb.models.dynamo_type.LimitedSizeDict.__setitem__": ("self", "key", "value"),
     "moto.dynamodb.models.dynamo_type.Item.__init__": ("self", "hash_key", "range_key", "attrs"),
     "moto.dynamodb.models.dynamo_type.Item.update_with_attribute_updates": ("self", "attribute_updates"),
@@ -73,8 +117,20 @@ SIGNATURES = {
     "moto.core.responses.BaseResponse.serialized": ("self", "action_result"),
 }
 # Operations whose results are items, keys and counts: DynamoDB's own JSON (fix 7).
-ITEM_OPERATIONS = frozenset({"GetItem", "Query", "Scan", "BatchGetItem", "PutItem", "UpdateItem", "DeleteItem",
-                             "BatchWriteItem", "TransactGetItems", "TransactWriteItems"})
+ITEM_OPERATIONS = frozenset(
+    {
+        "GetItem",
+        "Query",
+        "Scan",
+        "BatchGetItem",
+        "PutItem",
+        "UpdateItem",
+        "DeleteItem",
+        "BatchWriteItem",
+        "TransactGetItems",
+        "TransactWriteItems",
+    }
+)
 
 _patch_lock = threading.Lock()
 _patched = False
@@ -111,12 +167,15 @@ def check_moto() -> None:
         raise ConfigError(
             f"The embedded DynamoDB's fixes (lib/embedded/moto_patches.py) were written for moto {MOTO_VERSION}, but "
             f"moto {moto.__version__} is installed: run `pip install -r requirements.txt` (an upgrade must re-check "
-            "every fix and its tests first).")
+            "every fix and its tests first)."
+        )
     for path, expected in SIGNATURES.items():
         found = tuple(inspect.signature(_resolve(path)).parameters)
         if found != expected:
-            raise ConfigError(f"moto's {path} takes {found}, not {expected} as lib/embedded/moto_patches.py expects: "
-                              "reinstall moto from requirements.txt.")
+            raise ConfigError(
+                f"moto's {path} takes {found}, not {expected} as lib/embedded/moto_patches.py expects: "
+                "reinstall moto from requirements.txt."
+            )
 
 
 def apply() -> None:
@@ -273,16 +332,38 @@ def _tables_on_disk(table_class: Any) -> None:
     original_scan, original_len = table_class.scan, table_class.__len__
 
     @functools.wraps(original_scan)  # inspect.signature sees moto's own (check_moto)
-    def scan(self: Any, filters: dict, limit: int, exclusive_start_key: dict, filter_expression: Any = None,
-             index_name: str | None = None, consistent_read: bool = False, projection_expression: Any = None,
-             segments: Any = (None, None)) -> Any:
+    def scan(
+        self: Any,
+        filters: dict,
+        limit: int,
+        exclusive_start_key: dict,
+        filter_expression: Any = None,
+        index_name: str | None = None,
+        consistent_read: bool = False,
+        projection_expression: Any = None,
+        segments: Any = (None, None),
+    ) -> Any:
         on_disk = getattr(self.items, "scan", None)
         # SQLite orders pk/sk text by UTF-8 bytes: DynamoDB's order for strings, not for numbers.
-        if on_disk is not None and not filters and not index_name and self.hash_key_type == "S" \
-                and self.range_key_type == "S":
+        if (
+            on_disk is not None
+            and not filters
+            and not index_name
+            and self.hash_key_type == "S"
+            and self.range_key_type == "S"
+        ):
             return on_disk(limit, exclusive_start_key, filter_expression, projection_expression, segments)
-        return original_scan(self, filters, limit, exclusive_start_key, filter_expression, index_name,
-                             consistent_read, projection_expression, segments)
+        return original_scan(
+            self,
+            filters,
+            limit,
+            exclusive_start_key,
+            filter_expression,
+            index_name,
+            consistent_read,
+            projection_expression,
+            segments,
+        )
 
     @functools.wraps(original_len)  # inspect.signature sees moto's own (check_moto)
     def __len__(self: Any) -> int:
@@ -342,16 +423,45 @@ def _index_partitions(table_class: Any) -> None:
             self.items = defaultdict(SortedPartition)
 
     @functools.wraps(original_query)  # inspect.signature sees moto's own (check_moto)
-    def query(self: Any, hash_key: Any, range_comparison: Any, range_objs: list, limit: int,
-              exclusive_start_key: dict | None, scan_index_forward: bool, projection_expressions: Any,
-              index_name: str | None = None, consistent_read: bool = False, filter_expression: Any = None,
-              hash_key_conditions: Any = None, range_key_conditions: Any = None, **filter_kwargs: Any) -> Any:
+    def query(
+        self: Any,
+        hash_key: Any,
+        range_comparison: Any,
+        range_objs: list,
+        limit: int,
+        exclusive_start_key: dict | None,
+        scan_index_forward: bool,
+        projection_expressions: Any,
+        index_name: str | None = None,
+        consistent_read: bool = False,
+        filter_expression: Any = None,
+        hash_key_conditions: Any = None,
+        range_key_conditions: Any = None,
+        **filter_kwargs: Any,
+    ) -> Any:
         partition = self.items.get(hash_key) if hash_key is not None else None
-        if index_name or filter_kwargs or (range_key_conditions and len(range_key_conditions) > 1) \
-                or not isinstance(partition, SortedPartition):
-            return original_query(self, hash_key, range_comparison, range_objs, limit, exclusive_start_key,
-                                  scan_index_forward, projection_expressions, index_name, consistent_read,
-                                  filter_expression, hash_key_conditions, range_key_conditions, **filter_kwargs)
+        if (
+            index_name
+            or filter_kwargs
+            or (range_key_conditions and len(range_key_conditions) > 1)
+            or not isinstance(partition, SortedPartition)
+        ):
+            return original_query(
+                self,
+                hash_key,
+                range_comparison,
+                range_objs,
+                limit,
+                exclusive_start_key,
+                scan_index_forward,
+                projection_expressions,
+                index_name,
+                consistent_read,
+                filter_expression,
+                hash_key_conditions,
+                range_key_conditions,
+                **filter_kwargs,
+            )
         order = partition.order
         if exclusive_start_key is not None:
             start = _sort_value(DynamoType(exclusive_start_key[self.range_key_attr]))

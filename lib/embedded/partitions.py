@@ -9,6 +9,7 @@ MEMORY_ITEMS are dropped: safe, because every item in memory is already durable
 touched), so a dropped partition reloads exactly as it was.
 Only touched with the server's request lock held.
 """
+
 from __future__ import annotations
 
 import gc
@@ -162,8 +163,14 @@ class LazyPartitions(dict):
 
     # --- Scan from disk ------------------------------------------------------
 
-    def scan(self, limit: int | None, exclusive_start_key: dict | None, filter_expression: Any,
-             projection_expression: Any, segments: Any) -> tuple[list, int, dict | None]:
+    def scan(
+        self,
+        limit: int | None,
+        exclusive_start_key: dict | None,
+        filter_expression: Any,
+        projection_expression: Any,
+        segments: Any,
+    ) -> tuple[list, int, dict | None]:
         """moto's Table.scan for a plain Scan, read from SQLite in key order, one 1 MB page at a time."""
         table = self.table
         after = None
@@ -201,6 +208,6 @@ class LazyPartitions(dict):
 def _typed(value: Any) -> tuple[str, Any]:
     """(type, value) of a key value given as a DynamoType or as {"S": ...}."""
     if isinstance(value, dict):
-        (kind, raw), = value.items()
+        ((kind, raw),) = value.items()
         return kind, raw
     return value.type, value.value

@@ -15,6 +15,7 @@ changed nothing anywhere. A request that moto itself refused is undone the same
 way (moto can leave half an update behind). Tables are made from their stored
 requests at start; their items load lazily (lib/embedded/partitions.py).
 """
+
 from __future__ import annotations
 
 import io
@@ -76,8 +77,11 @@ def _touched_keys(operation: str, request: dict) -> list[tuple[str, dict | None,
 def _error(message: str) -> tuple[str, list, list[bytes]]:
     """A 500 InternalServerError as DynamoDB sends it: botocore retries it, then raises it with this message."""
     body = json.dumps({"__type": "com.amazonaws.dynamodb.v20120810#InternalServerError", "message": message}).encode()
-    return ("500 Internal Server Error",
-            [("Content-Type", "application/x-amz-json-1.0"), ("Content-Length", str(len(body)))], [body])
+    return (
+        "500 Internal Server Error",
+        [("Content-Type", "application/x-amz-json-1.0"), ("Content-Length", str(len(body)))],
+        [body],
+    )
 
 
 def attach(table: Any, disk: Disk) -> None:
@@ -151,8 +155,17 @@ class _SerializedApp:
             return lambda data: None
 
         try:
-            request = json.loads(body) if body and (operation in _WRITE_OPERATIONS or operation in _TABLE_CHANGES
-                                                    or operation in vectors.READS or operation == "DeleteTable") else {}
+            request = (
+                json.loads(body)
+                if body
+                and (
+                    operation in _WRITE_OPERATIONS
+                    or operation in _TABLE_CHANGES
+                    or operation in vectors.READS
+                    or operation == "DeleteTable"
+                )
+                else {}
+            )
         except ValueError:
             request = {}  # moto refuses the same body
         vectors.STATE.write_bytes.clear()
@@ -233,10 +246,16 @@ class _SerializedApp:
                 writes = []
                 for table, hash_key, range_key in keys:
                     current = table.get_item(hash_key, range_key)
-                    writes.append((table.name, key_text(hash_key.type, hash_key.value),
-                                   key_text(range_key.type, range_key.value) if range_key is not None else "",
-                                   json.dumps(current.to_json()["Attributes"], ensure_ascii=False)
-                                   if current is not None else None))
+                    writes.append(
+                        (
+                            table.name,
+                            key_text(hash_key.type, hash_key.value),
+                            key_text(range_key.type, range_key.value) if range_key is not None else "",
+                            json.dumps(current.to_json()["Attributes"], ensure_ascii=False)
+                            if current is not None
+                            else None,
+                        )
+                    )
                 disk.commit(writes, vectors.STATE.statements(writes))  # vectors in the same transaction
                 vectors.STATE.after_commit(writes)
             except (_Undo, DiskError):
@@ -281,10 +300,16 @@ def _call_moto(app: Callable, region: str, operation: str, request: dict) -> tup
     """One request straight into moto's WSGI app (no HTTP, no middleware): how stored table requests replay."""
     from werkzeug.test import Client
 
-    response = Client(app).post("/", data=json.dumps(request), headers={
-        "X-Amz-Target": _TARGET + operation, "Content-Type": "application/x-amz-json-1.0",
-        "Authorization": f"AWS4-HMAC-SHA256 Credential=local/20260101/{region}/dynamodb/aws4_request, "
-                         "SignedHeaders=host, Signature=0"})
+    response = Client(app).post(
+        "/",
+        data=json.dumps(request),
+        headers={
+            "X-Amz-Target": _TARGET + operation,
+            "Content-Type": "application/x-amz-json-1.0",
+            "Authorization": f"AWS4-HMAC-SHA256 Credential=local/20260101/{region}/dynamodb/aws4_request, "
+            "SignedHeaders=host, Signature=0",
+        },
+    )
     return response.status_code, json.loads(response.get_data() or b"{}")
 
 
@@ -298,9 +323,11 @@ def restore_table(app: Callable, disk: Disk, region: str, name: str) -> None:
         if status == 200:
             vectors.STATE.table_changed(operation, request, moto_backend(region), replay=True)
         if status != 200:
-            raise StoreUnavailable(f"The local database in {disk.folder}/ holds a table '{name}' that the embedded "
-                                   f"server refused to make ({answer.get('__type', status)}): move the folder away, "
-                                   "or restore a backup with `python -m lib.admin restore FILE --force`.")
+            raise StoreUnavailable(
+                f"The local database in {disk.folder}/ holds a table '{name}' that the embedded "
+                f"server refused to make ({answer.get('__type', status)}): move the folder away, "
+                "or restore a backup with `python -m lib.admin restore FILE --force`."
+            )
     attach(moto_backend(region).get_table(name), disk)
 
 
@@ -348,8 +375,9 @@ class LocalDynamo:
             self.stop()
             raise
         # A short poll interval: `stop` (tests, admin restore) waits for the loop to notice.
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
-                                        name="local-dynamodb", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="local-dynamodb", daemon=True
+        )
         self._thread.start()
         if self.disk is not None:
             threading.Thread(target=self._sync, args=(self.disk,), name="local-dynamodb-sync", daemon=True).start()
@@ -364,8 +392,10 @@ class LocalDynamo:
         with REQUEST_LOCK:
             for name in names:
                 if name in backend.tables:
-                    raise StoreUnavailable(f"Table '{name}' of {self.disk.folder}/ is already served by another "
-                                           "local database in this process: use one CHAT_DATA_DIR per process.")
+                    raise StoreUnavailable(
+                        f"Table '{name}' of {self.disk.folder}/ is already served by another "
+                        "local database in this process: use one CHAT_DATA_DIR per process."
+                    )
                 restore_table(moto_app, self.disk, self.region, name)
                 self.tables.append(name)
 

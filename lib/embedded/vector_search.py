@@ -3,6 +3,7 @@
 Kept apart from lib/embedded/vectors.py (definitions and entries) so each stays one concept: this module
 knows DynamoDB's request and response shapes and scoring conventions, and holds no state.
 """
+
 from __future__ import annotations
 
 import json
@@ -54,32 +55,37 @@ def condition(index: Any, request: dict) -> tuple[str, dict]:
         if not text:
             return "", {}
     elif not text:
-        raise invalid(f"SearchConditionExpression must give the partition attribute of vector index "
-                       f"{index.name}: {index.hash_attr} = :value.")
+        raise invalid(
+            f"SearchConditionExpression must give the partition attribute of vector index "
+            f"{index.name}: {index.hash_attr} = :value."
+        )
     found: dict[str, dict] = {}
     for term in re.split(r"\s+AND\s+", text.strip(), flags=re.IGNORECASE):
         match = _TERM.match(term.strip("() "))
         if not match:
-            raise invalid(f"Invalid SearchConditionExpression: {term.strip()!r} (only attribute = :value, "
-                           "joined by AND).")
+            raise invalid(
+                f"Invalid SearchConditionExpression: {term.strip()!r} (only attribute = :value, joined by AND)."
+            )
         left, op, right = match.groups()
         if op != "=":
             raise invalid(f"Invalid SearchConditionExpression: operator {op} is not supported; only = is.")
         if left.startswith(":"):
             left, right = right, left
         if not right.startswith(":") or right not in values:
-            raise invalid(f"Invalid SearchConditionExpression: {right} is not a value in "
-                           "ExpressionAttributeValues.")
+            raise invalid(f"Invalid SearchConditionExpression: {right} is not a value in ExpressionAttributeValues.")
         attr = names.get(left, None) if left.startswith("#") else left
         if attr is None:
             raise invalid(f"Invalid SearchConditionExpression: {left} is not in ExpressionAttributeNames.")
         if attr != index.hash_attr and attr not in index.filters:
-            raise invalid(f"Invalid SearchConditionExpression: {attr} is not in the search schema of vector "
-                           f"index {index.name}.")
+            raise invalid(
+                f"Invalid SearchConditionExpression: {attr} is not in the search schema of vector index {index.name}."
+            )
         found[attr] = values[right]
     if index.hash_attr is not None and index.hash_attr not in found:
-        raise invalid(f"SearchConditionExpression must give the partition attribute of vector index "
-                       f"{index.name}: {index.hash_attr} = :value.")
+        raise invalid(
+            f"SearchConditionExpression must give the partition attribute of vector index "
+            f"{index.name}: {index.hash_attr} = :value."
+        )
     hash_value = found.pop(index.hash_attr, {"S": ""}) if index.hash_attr else {"S": ""}
     kind, value = next(iter(hash_value.items()))
     return key_text(kind, value), found
@@ -122,8 +128,11 @@ def projection(request: dict) -> set[str] | None:
 def error_body(exc: VectorError) -> tuple[str, list, list[bytes]]:
     """A 400 as DynamoDB sends it: botocore raises it as a ClientError with this type and message."""
     body = json.dumps({"__type": _DDB + exc.kind, "message": str(exc)}).encode()
-    return ("400 Bad Request", [("Content-Type", "application/x-amz-json-1.0"), ("Content-Length", str(len(body)))],
-            [body])
+    return (
+        "400 Bad Request",
+        [("Content-Type", "application/x-amz-json-1.0"), ("Content-Length", str(len(body)))],
+        [body],
+    )
 
 
 def ok_body(answer: dict) -> tuple[str, list, list[bytes]]:
@@ -131,8 +140,9 @@ def ok_body(answer: dict) -> tuple[str, list, list[bytes]]:
     return ("200 OK", [("Content-Type", "application/x-amz-json-1.0"), ("Content-Length", str(len(body)))], [body])
 
 
-def decorate(operation: str, request: dict, status: str, headers: list, chunks: list[bytes], region: str,
-             state: Any) -> tuple[list, list[bytes]]:
+def decorate(
+    operation: str, request: dict, status: str, headers: list, chunks: list[bytes], region: str, state: Any
+) -> tuple[list, list[bytes]]:
     """Add what moto leaves out of a successful answer: VectorIndexes in a table description, and a write's
     VectorWriteRequestBytes (per index, asked for with ReturnConsumedCapacity=INDEXES)."""
     if not status.startswith("200"):
@@ -152,11 +162,14 @@ def decorate(operation: str, request: dict, status: str, headers: list, chunks: 
         entries = consumed if isinstance(consumed, list) else [consumed] if consumed else []
         if not entries:
             entries = [{"TableName": table}]
-            answer["ConsumedCapacity"] = entries if operation in ("TransactWriteItems", "BatchWriteItem") \
-                else entries[0]
+            answer["ConsumedCapacity"] = (
+                entries if operation in ("TransactWriteItems", "BatchWriteItem") else entries[0]
+            )
         entries[0]["VectorIndexes"] = {n: {"VectorWriteRequestBytes": b} for n, b in state.write_bytes.items()}
     body = json.dumps(answer).encode()
     # botocore checks DynamoDB's x-amz-crc32 and retries on a mismatch: recomputed for the new body.
     headers = [(k, v) for k, v in headers if k.lower() not in ("content-length", "x-amz-crc32")] + [
-        ("Content-Length", str(len(body))), ("x-amz-crc32", str(zlib.crc32(body)))]
+        ("Content-Length", str(len(body))),
+        ("x-amz-crc32", str(zlib.crc32(body))),
+    ]
     return headers, [body]

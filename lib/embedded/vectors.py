@@ -1,4 +1,4 @@
-"""Vector indexes for the embedded DynamoDB (seed 004): VectorIndexes, VectorIndexUpdates and SearchVectors.
+"""Vector indexes for the embedded DynamoDB (docs/search.md): VectorIndexes, VectorIndexUpdates and SearchVectors.
 
 moto knows none of it, so the serialized WSGI layer (lib/embedded/server.py) hands these
 requests here. A vector index is kept like DynamoDB keeps one: from the final image of
@@ -19,6 +19,7 @@ returned; a write is 4 bytes per dimension plus the size of the projected attrib
 
 Every function here runs under server.REQUEST_LOCK: no lock of its own.
 """
+
 from __future__ import annotations
 
 import json
@@ -30,8 +31,17 @@ import numpy as np
 
 from lib.embedded.disk import Disk, key_text
 from lib.embedded.vector_search import (  # noqa: F401  (decorate, error_body, ok_body: the server's)
-    MAX_TOP_K, VectorError, condition, decorate, error_body, invalid as _invalid, ok_body, projection, scores,
-    vector_of as _vector)
+    MAX_TOP_K,
+    VectorError,
+    condition,
+    decorate,
+    error_body,
+    ok_body,
+    projection,
+    scores,
+)
+from lib.embedded.vector_search import invalid as _invalid
+from lib.embedded.vector_search import vector_of as _vector
 from lib.storage.itemsize import item_size
 
 MAX_DIMENSIONS = 4096
@@ -59,12 +69,20 @@ class IndexDef:
     key_attrs: list[str] = field(default_factory=list)
 
     def describe(self, region: str) -> dict:
-        schema = ([{"AttributeName": self.hash_attr, "SearchSchemaElementType": "HASH"}] if self.hash_attr else []) \
-            + [{"AttributeName": f, "SearchSchemaElementType": "INLINE_FILTER"} for f in self.filters]
-        return {"IndexName": self.name, "SearchSchema": schema, "Projection": self.projection,
-                "VectorAttribute": {"AttributeName": self.vector_attr}, "Dimensions": self.dimensions,
-                "DistanceFunction": self.distance, "IndexStatus": "ACTIVE", "Backfilling": False,
-                "IndexArn": f"arn:aws:dynamodb:{region}:123456789012:table/{self.table}/index/{self.name}"}
+        schema = ([{"AttributeName": self.hash_attr, "SearchSchemaElementType": "HASH"}] if self.hash_attr else []) + [
+            {"AttributeName": f, "SearchSchemaElementType": "INLINE_FILTER"} for f in self.filters
+        ]
+        return {
+            "IndexName": self.name,
+            "SearchSchema": schema,
+            "Projection": self.projection,
+            "VectorAttribute": {"AttributeName": self.vector_attr},
+            "Dimensions": self.dimensions,
+            "DistanceFunction": self.distance,
+            "IndexStatus": "ACTIVE",
+            "Backfilling": False,
+            "IndexArn": f"arn:aws:dynamodb:{region}:123456789012:table/{self.table}/index/{self.name}",
+        }
 
     def projected(self, image: dict) -> dict:
         """The attributes the index keeps a copy of (never the vector: it is kept as float32 beside them)."""
@@ -76,7 +94,7 @@ class IndexDef:
 
     def entry(self, image: dict | None) -> tuple[str, dict, np.ndarray, dict] | None:
         """(hash, inline filters, vector, projected item) of an image, or None when the index leaves it out:
-        deleted, no vector, or no HASH attribute (seed 004: written but silently never indexed)."""
+        deleted, no vector, or no HASH attribute (DynamoDB writes such an item but silently never indexes it)."""
         if image is None or self.vector_attr not in image:
             return None
         hash_value = image.get(self.hash_attr) if self.hash_attr else {"S": ""}
@@ -159,12 +177,12 @@ class _Partition:
         keep = np.array([self._row[key] for key in self.entries], dtype=np.int64)
         size = max(self._FIRST, 2 * len(keep))
         vectors = np.zeros((size, self._vectors.shape[1]), np.float32)
-        vectors[:len(keep)] = self._vectors[keep]
+        vectors[: len(keep)] = self._vectors[keep]
         norms, live = np.zeros(size, np.float32), np.zeros(size, bool)
-        norms[:len(keep)], live[:len(keep)] = self._norms[keep], True
+        norms[: len(keep)], live[: len(keep)] = self._norms[keep], True
         for name, column in self._columns.items():
             squeezed = np.full(size, _filter_text(None), dtype=object)
-            squeezed[:len(keep)] = column[keep]
+            squeezed[: len(keep)] = column[keep]
             self._columns[name] = squeezed
         self._vectors, self._norms, self._live = vectors, norms, live
         self._keys = list(self.entries)
@@ -173,14 +191,14 @@ class _Partition:
 
     def mask(self, filters: dict) -> np.ndarray:
         """Live rows whose inline filter attributes equal `filters` (a column per attribute, built on first use)."""
-        rows = self._live[:len(self._keys)].copy()
+        rows = self._live[: len(self._keys)].copy()
         for name, value in filters.items():
             if name not in self._columns:
                 column = np.full(len(self._live), _filter_text(None), dtype=object)
                 for key, row in self._row.items():
                     column[row] = _filter_text(self.entries[key][0].get(name))
                 self._columns[name] = column
-            rows &= self._columns[name][:len(self._keys)] == _filter_text(value)
+            rows &= self._columns[name][: len(self._keys)] == _filter_text(value)
         return rows
 
     def matrix(self, dimensions: int) -> tuple[list, np.ndarray, np.ndarray]:
@@ -229,8 +247,9 @@ class VectorState:
         for element in spec.get("SearchSchema") or []:
             attr, role = element.get("AttributeName"), element.get("SearchSchemaElementType")
             if attr not in attribute_types:
-                raise _invalid(f"Vector index {name}: search schema attribute {attr} must be declared in "
-                               "AttributeDefinitions.")
+                raise _invalid(
+                    f"Vector index {name}: search schema attribute {attr} must be declared in AttributeDefinitions."
+                )
             if role == "HASH":
                 if hash_attr is not None:
                     raise _invalid(f"Vector index {name}: at most one HASH element in SearchSchema.")
@@ -238,16 +257,21 @@ class VectorState:
             else:
                 filters.append(attr)
         projection = spec.get("Projection") or {"ProjectionType": "ALL"}
-        return IndexDef(name, table, vector, hash_attr, filters, projection, dims, spec["DistanceFunction"],
-                        key_attrs)
+        return IndexDef(name, table, vector, hash_attr, filters, projection, dims, spec["DistanceFunction"], key_attrs)
 
     def for_moto(self, operation: str, request: dict, backend: Any) -> bytes | None:
         """Check a CreateTable/UpdateTable's vector parts (VectorError) and return the body moto can take: the
         SearchSchema-only AttributeDefinitions left out (moto wants exactly the key attributes). None: unchanged."""
-        specs = request.get("VectorIndexes") if operation == "CreateTable" else [
-            u["Create"] for u in request.get("VectorIndexUpdates") or [] if "Create" in u]
-        deletes = [u["Delete"]["IndexName"] for u in request.get("VectorIndexUpdates") or [] if "Delete" in u] \
-            if operation == "UpdateTable" else []
+        specs = (
+            request.get("VectorIndexes")
+            if operation == "CreateTable"
+            else [u["Create"] for u in request.get("VectorIndexUpdates") or [] if "Create" in u]
+        )
+        deletes = (
+            [u["Delete"]["IndexName"] for u in request.get("VectorIndexUpdates") or [] if "Delete" in u]
+            if operation == "UpdateTable"
+            else []
+        )
         if not specs and not deletes:
             return None
         name = request.get("TableName", "")
@@ -257,10 +281,14 @@ class VectorState:
         if operation == "UpdateTable":
             if table is None:
                 raise VectorError("ResourceNotFoundException", f"Requested resource not found: Table: {name} not found")
-            types = {**{a["AttributeName"]: a["AttributeType"] for a in table.attr}, **types} \
-                if hasattr(table, "attr") else types
-        billing = request.get("BillingMode") or ("PAY_PER_REQUEST" if table is None else
-                                                 getattr(table, "billing_mode", "PAY_PER_REQUEST"))
+            types = (
+                {**{a["AttributeName"]: a["AttributeType"] for a in table.attr}, **types}
+                if hasattr(table, "attr")
+                else types
+            )
+        billing = request.get("BillingMode") or (
+            "PAY_PER_REQUEST" if table is None else getattr(table, "billing_mode", "PAY_PER_REQUEST")
+        )
         if specs and billing != "PAY_PER_REQUEST":
             raise _invalid("Vector indexes are supported only on on-demand (PAY_PER_REQUEST) tables.")
         names = [d.name for d in existing if d.name not in deletes] + [s.get("IndexName") for s in specs or []]
@@ -331,9 +359,12 @@ class VectorState:
         """Index every item the table holds: from disk (the truth) with a folder, else from moto's memory."""
         if disk is None:
             for item in table.all_items():
-                self.apply_memory(table.name, key_text(item.hash_key.type, item.hash_key.value),
-                                  key_text(item.range_key.type, item.range_key.value) if item.range_key else "",
-                                  item.to_json()["Attributes"])
+                self.apply_memory(
+                    table.name,
+                    key_text(item.hash_key.type, item.hash_key.value),
+                    key_text(item.range_key.type, item.range_key.value) if item.range_key else "",
+                    item.to_json()["Attributes"],
+                )
             return
         self._prepare(disk)
         after = None
@@ -358,22 +389,29 @@ class VectorState:
         if operation == "PutItem":
             items = [(request.get("TableName", ""), request.get("Item") or {})]
         elif operation == "BatchWriteItem":
-            items = [(t, r["PutRequest"]["Item"]) for t, rs in (request.get("RequestItems") or {}).items()
-                     for r in rs if "PutRequest" in r]
+            items = [
+                (t, r["PutRequest"]["Item"])
+                for t, rs in (request.get("RequestItems") or {}).items()
+                for r in rs
+                if "PutRequest" in r
+            ]
         elif operation == "TransactWriteItems":
-            items = [(a["Put"]["TableName"], a["Put"]["Item"]) for a in request.get("TransactItems") or []
-                     if "Put" in a]
+            items = [
+                (a["Put"]["TableName"], a["Put"]["Item"]) for a in request.get("TransactItems") or [] if "Put" in a
+            ]
         for table, item in items:
             for index in self.defs.get(table, []):
                 if index.vector_attr in item and _vector(item[index.vector_attr], index.dimensions) is None:
-                    got = len(item[index.vector_attr].get("L", [])) if isinstance(item[index.vector_attr], dict) \
-                        else 0
-                    raise _invalid(f"One or more parameter values were invalid: vector attribute "
-                                   f"{index.vector_attr} must be a list of {index.dimensions} numbers for vector "
-                                   f"index {index.name} (got {got}).")
+                    got = len(item[index.vector_attr].get("L", [])) if isinstance(item[index.vector_attr], dict) else 0
+                    raise _invalid(
+                        f"One or more parameter values were invalid: vector attribute "
+                        f"{index.vector_attr} must be a list of {index.dimensions} numbers for vector "
+                        f"index {index.name} (got {got})."
+                    )
 
-    def statements(self, writes: list[tuple[str, str, str, str | None]], *, only: IndexDef | None = None
-                   ) -> list[tuple[str, tuple]]:
+    def statements(
+        self, writes: list[tuple[str, str, str, str | None]], *, only: IndexDef | None = None
+    ) -> list[tuple[str, tuple]]:
         """SQL that keeps the `vectors` table in step with these item images (table, pk, sk, JSON or None): run in
         the same transaction as the images. Also updates the cached partitions and counts the write bytes."""
         out: list[tuple[str, tuple]] = []
@@ -385,13 +423,21 @@ class VectorState:
             for index in indexes:
                 entry = index.entry(image)
                 if entry is None:
-                    out.append(("DELETE FROM vectors WHERE tbl = ? AND idx = ? AND pk = ? AND sk = ?",
-                                (table, index.name, pk, sk)))
+                    out.append(
+                        (
+                            "DELETE FROM vectors WHERE tbl = ? AND idx = ? AND pk = ? AND sk = ?",
+                            (table, index.name, pk, sk),
+                        )
+                    )
                     continue
                 hash_text, filters, vector, item = entry
                 item_text = json.dumps(item, ensure_ascii=False)
-                out.append(("INSERT OR REPLACE INTO vectors VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                            (table, index.name, pk, sk, hash_text, json.dumps(filters), vector.tobytes(), item_text)))
+                out.append(
+                    (
+                        "INSERT OR REPLACE INTO vectors VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                        (table, index.name, pk, sk, hash_text, json.dumps(filters), vector.tobytes(), item_text),
+                    )
+                )
                 self._count_write(index, item)
         return [(_SQL, ()), (_SQL_INDEX, ())] + out if out else out  # IF NOT EXISTS: a no-op but on a new file
 
@@ -443,8 +489,9 @@ class VectorState:
         if disk is not None:
             self._prepare(disk)
             for pk, sk, filters, vec, item in disk._read(  # noqa: SLF001 (same package; under the request lock)
-                    "SELECT pk, sk, filters, vec, item FROM vectors WHERE tbl = ? AND idx = ? AND hash = ?",
-                    (table.name, index.name, hash_text)):
+                "SELECT pk, sk, filters, vec, item FROM vectors WHERE tbl = ? AND idx = ? AND hash = ?",
+                (table.name, index.name, hash_text),
+            ):
                 part.put((pk, sk), json.loads(filters), np.frombuffer(vec, dtype=np.float32), item)
             self._cache[key] = part
             held = sum(len(p.entries) for p in self._cache.values())
@@ -464,8 +511,10 @@ class VectorState:
             raise VectorError("ResourceNotFoundException", f"Requested resource not found: Table: {name} not found")
         index = next((d for d in self.defs.get(name, []) if d.name == request.get("IndexName")), None)
         if index is None:
-            raise VectorError("ResourceNotFoundException",
-                              f"Requested resource not found: Vector index: {request.get('IndexName')} not found")
+            raise VectorError(
+                "ResourceNotFoundException",
+                f"Requested resource not found: Vector index: {request.get('IndexName')} not found",
+            )
         top_k = request.get("TopK")
         if not isinstance(top_k, int) or not 1 <= top_k <= MAX_TOP_K:
             raise _invalid(f"TopK must be between 1 and {MAX_TOP_K}.")
@@ -473,8 +522,10 @@ class VectorState:
         if query is None:
             raise _invalid("SearchVector must be a list of numbers.")
         if len(query) != index.dimensions:
-            raise _invalid(f"The number of dimensions of SearchVector ({len(query)}) does not match the "
-                           f"dimensions of vector index {index.name} ({index.dimensions}).")
+            raise _invalid(
+                f"The number of dimensions of SearchVector ({len(query)}) does not match the "
+                f"dimensions of vector index {index.name} ({index.dimensions})."
+            )
         hash_text, filters = condition(index, request)
         part = self._partition(table, index, hash_text)
         keys, matrix, norms = part.matrix(index.dimensions)
@@ -501,6 +552,7 @@ class VectorState:
             answer["ConsumedCapacity"] = {"VectorSearchRequestBytes": float(4 * index.dimensions + size)}
         return answer
 
+
 STATE = VectorState()
 READS = ("SearchVectors", "DescribeTable")  # requests whose body the server parses for this module
 
@@ -514,9 +566,12 @@ def settle_in_memory(backend: Any, table: Any, key_or_item: dict) -> None:
     except Exception:
         return  # moto refused the malformed key itself
     current = table.get_item(hash_key, range_key)
-    STATE.apply_memory(table.name, key_text(hash_key.type, hash_key.value),
-                       key_text(range_key.type, range_key.value) if range_key is not None else "",
-                       current.to_json()["Attributes"] if current is not None else None)
+    STATE.apply_memory(
+        table.name,
+        key_text(hash_key.type, hash_key.value),
+        key_text(range_key.type, range_key.value) if range_key is not None else "",
+        current.to_json()["Attributes"] if current is not None else None,
+    )
 
 
 def replayable(operation: str, request: dict, backend: Any) -> dict:

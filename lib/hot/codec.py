@@ -1,11 +1,26 @@
-"""The hot tier's values as JSON: a saved turn, and a chat's first page (meta, summary, newest turns, cursor)."""
+"""The hot tier's values as JSON: a saved turn, and a chat's first page (meta, summary, newest turns, cursor).
+
+Replicas of two releases share one Redis during a rolling deploy, so decoding is tolerant in one direction: a
+field this release does not know (a newer release added it) is left out. A value this release cannot rebuild
+(a field it needs is missing, a wrong type, junk) raises BadValue, and the hot tier treats it as a miss: the
+page reads DynamoDB, as it would without Redis. SCHEMA goes into every key (lib.hot.tier.key_prefix) and
+changes only when an encoding changes incompatibly, so two such releases never read each other's values.
+"""
+
 from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any
+from typing import Any, TypeVar
 
 from lib.storage.records import Message, Session, SessionView, Summary
+
+SCHEMA = 1
+T = TypeVar("T")
+
+
+class BadValue(ValueError):
+    """A value in Redis that this release cannot decode."""
 
 
 def message_json(message: Message) -> str:
@@ -13,22 +28,52 @@ def message_json(message: Message) -> str:
 
 
 def message_of(text: str) -> Message:
-    values = json.loads(text)
-    values["context"] = tuple(values.get("context") or ())
-    return Message(**values)
+    return _message(_loads(text))
 
 
 def view_json(view: SessionView) -> str:
-    return json.dumps({"session": dataclasses.asdict(view.session) if view.session else None,
-                       "messages": [dataclasses.asdict(m) for m in view.messages], "cursor": view.cursor,
-                       "summary": dataclasses.asdict(view.summary) if view.summary else None})
+    return json.dumps(
+        {
+            "session": dataclasses.asdict(view.session) if view.session else None,
+            "messages": [dataclasses.asdict(m) for m in view.messages],
+            "cursor": view.cursor,
+            "summary": dataclasses.asdict(view.summary) if view.summary else None,
+        }
+    )
 
 
 def view_of(text: str) -> SessionView:
-    values: dict[str, Any] = json.loads(text)
-    messages = []
-    for m in values["messages"]:
-        m["context"] = tuple(m.get("context") or ())
-        messages.append(Message(**m))
-    return SessionView(Session(**values["session"]) if values["session"] else None, messages, values["cursor"],
-                       Summary(**values["summary"]) if values["summary"] else None)
+    values = _loads(text)
+    try:
+        messages = [_message(m) for m in values["messages"]]
+        session = _record(Session, values["session"]) if values["session"] else None
+        summary = _record(Summary, values["summary"]) if values.get("summary") else None
+        return SessionView(session, messages, values["cursor"], summary)
+    except (KeyError, TypeError) as exc:
+        raise BadValue(f"not a cached first page: {type(exc).__name__}") from exc
+
+
+def _loads(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except (TypeError, ValueError) as exc:
+        raise BadValue("not JSON") from exc
+
+
+def _message(values: Any) -> Message:
+    if not isinstance(values, dict):
+        raise BadValue("not a saved turn")
+    values = dict(values)
+    values["context"] = tuple(values.get("context") or ())
+    return _record(Message, values)
+
+
+def _record(cls: type[T], values: Any) -> T:
+    """`cls` from a dict, leaving out fields this release does not know; BadValue if one it needs is missing."""
+    if not isinstance(values, dict):
+        raise BadValue(f"not a {cls.__name__}")
+    known = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    try:
+        return cls(**{k: v for k, v in values.items() if k in known})
+    except TypeError as exc:  # a required field missing
+        raise BadValue(f"an incomplete {cls.__name__}") from exc

@@ -1,5 +1,6 @@
-"""The optional hot tier (seed 003): Redis holds what is live and what is recent, DynamoDB stays the truth.
+"""The optional hot tier: Redis holds what is live and what is recent, DynamoDB stays the truth.
 
+    {prefix} is chat:{table}:v{SCHEMA}: (see lib.hot.codec: releases with incompatible encodings never meet)
     {prefix}live:{message_id}:text     the answer so far (APPENDed by the worker, at most 4 writes a second)
     {prefix}live:{message_id}          hash: user, session, status (streaming | saving | saved), saved (the turn
                                        as DynamoDB has it, JSON), save_error, stop (a Stop from another replica),
@@ -11,8 +12,10 @@
 Every key expires after the pending timeout (CHAT_PENDING_TIMEOUT_S): a live answer outlives its worker by at
 most that, and a chat nobody touches leaves Redis. Every call has a deadline (socket timeouts); a failed call is
 logged once, Redis is left alone for a few seconds, and the caller gets None: the page then does what it does
-without Redis (DynamoDB alone). Nothing here is ever the only copy of anything.
+without Redis (DynamoDB alone). A value that cannot be decoded (junk, or an incompatible release's) is logged,
+deleted and treated as a miss. Nothing here is ever the only copy of anything.
 """
+
 from __future__ import annotations
 
 import threading
@@ -22,16 +25,14 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from lib import logs
-from lib.hot.codec import message_json, message_of, view_json, view_of
+from lib.hot.codec import SCHEMA, BadValue, message_json, message_of, view_json, view_of
 from lib.storage.records import Message, SessionView
-from lib.turn.live import SAVED, LiveAnswer
+from lib.turn.live import SAVED, HotCopy, LiveAnswer
 
 TIMEOUT_S = 0.5  # connect and read deadline of every Redis call
 PAUSE_S = 5.0  # after a failure, Redis is not asked again for this long (the page must not wait on it per call)
 MAX_LATE = 1_000  # saved states waiting for Redis to come back (see HotTier.saved); beyond, the oldest expire
 MAX_VIEW_BYTES = 1_000_000  # a chat's first page larger than this is not cached (it is read from DynamoDB)
-_SENT = "_hot_sent"  # on a LiveAnswer: how many characters of its text the worker has put in Redis
-_ATTEMPT = "_hot_attempt"  # on a LiveAnswer: the id of its run, written with its copy
 # The saved state, unless a newer attempt of the message (a Retry) owns the copy. A missing copy (expired,
 # flushed) is written: a follower then finishes instead of rereading DynamoDB.
 _SAVED_SCRIPT = """
@@ -63,6 +64,15 @@ class RemoteLive:
         self._hot.watched(self.message_id)
 
 
+def key_prefix(table: str) -> str:
+    """Every key of one table's hot tier starts with this (the encoding's schema version included)."""
+    return f"chat:{table}:v{SCHEMA}:"
+
+
+def _attempt(live: LiveAnswer) -> str:
+    return live.hot.attempt if live.hot is not None else ""
+
+
 class HotTier:
     def __init__(self, client: Any, *, prefix: str, ttl_s: float, clock: Callable[[], float] = time.monotonic):
         self.client, self.prefix, self.ttl = client, prefix, max(int(ttl_s), 1)
@@ -78,8 +88,13 @@ class HotTier:
         """A client for `url`; no connection is made until the first call (Redis down at start is not fatal)."""
         import redis
 
-        client = redis.Redis.from_url(url, socket_timeout=TIMEOUT_S, socket_connect_timeout=TIMEOUT_S,
-                                      retry_on_timeout=False, decode_responses=True)
+        client = redis.Redis.from_url(
+            url,
+            socket_timeout=TIMEOUT_S,
+            socket_connect_timeout=TIMEOUT_S,
+            retry_on_timeout=False,
+            decode_responses=True,
+        )
         return cls(client, prefix=prefix, ttl_s=ttl_s)
 
     # --- every call goes through here ---------------------------------------------------------------
@@ -100,8 +115,7 @@ class HotTier:
 
     # --- the worker's side --------------------------------------------------------------------------
     def begin(self, live: LiveAnswer) -> None:
-        setattr(live, _SENT, 0)
-        setattr(live, _ATTEMPT, uuid.uuid4().hex)
+        live.hot = HotCopy(uuid.uuid4().hex)
         with self._late_lock:
             self._late.pop(live.message_id, None)  # a Retry: the last attempt's late save must not land now
         self._call("begin", lambda r: self._claim(r, live))
@@ -112,8 +126,16 @@ class HotTier:
         key = self._key("live", live.message_id)
         with r.pipeline(transaction=True) as p:
             p.delete(key)
-            p.hset(key, mapping={"user": live.user_id, "session": live.session_id, "status": live.status,
-                                 "watched": time.time(), "attempt": getattr(live, _ATTEMPT, "")})
+            p.hset(
+                key,
+                mapping={
+                    "user": live.user_id,
+                    "session": live.session_id,
+                    "status": live.status,
+                    "watched": time.time(),
+                    "attempt": _attempt(live),
+                },
+            )
             p.expire(key, self.ttl)
             p.set(key + ":text", live.text, ex=self.ttl)
             p.execute()
@@ -122,7 +144,7 @@ class HotTier:
         """Put the new text in Redis; take a Stop or a page's 'watched' from another replica back to the worker."""
         key = self._key("live", live.message_id)
         text = live.text
-        sent = getattr(live, _SENT, 0)
+        sent = live.hot.sent if live.hot is not None else 0
 
         def work(r):
             with r.pipeline(transaction=False) as p:
@@ -132,7 +154,7 @@ class HotTier:
                 p.hset(key, mapping={"status": live.status, "save_error": live.save_error or ""})
                 p.hmget(key, "stop", "watched")
                 length, _, owner, _, (stop, watched) = p.execute()
-            if owner != getattr(live, _ATTEMPT, None):
+            if live.hot is None or owner != live.hot.attempt:
                 # begin() never reached Redis (it was down or paused) and the copy is the last attempt's, or
                 # the copy was flushed or expired: claim it, as begin() would have (its Stop is not this one's)
                 self._claim(r, live)
@@ -144,7 +166,8 @@ class HotTier:
         result = self._call("progress", work)
         if result is None:
             return
-        setattr(live, _SENT, len(text))
+        if live.hot is not None:
+            live.hot.sent = len(text)
         stop, watched = result
         if stop:
             live.request_stop(stop)
@@ -175,12 +198,28 @@ class HotTier:
         import redis
 
         key = self._key("live", live.message_id)
-        fields = {"user": live.user_id, "session": live.session_id, "status": SAVED, "saved": message_json(message),
-                  "save_error": "", "attempt": getattr(live, _ATTEMPT, "")}
+        fields = {
+            "user": live.user_id,
+            "session": live.session_id,
+            "status": SAVED,
+            "saved": message_json(message),
+            "save_error": "",
+            "attempt": _attempt(live),
+        }
         if self._scripting:
             try:
-                return bool(r.eval(_SAVED_SCRIPT, 2, key, key + ":text", fields["attempt"], live.text, self.ttl,
-                                   *[fields[k] for k in ("user", "session", "status", "saved")]))
+                return bool(
+                    r.eval(
+                        _SAVED_SCRIPT,
+                        2,
+                        key,
+                        key + ":text",
+                        fields["attempt"],
+                        live.text,
+                        self.ttl,
+                        *[fields[k] for k in ("user", "session", "status", "saved")],
+                    )
+                )
             except redis.ResponseError as exc:
                 if not any(w in str(exc).lower() for w in ("unknown command", "noperm", "no permission")):
                     raise  # anything else (out of memory, busy) is a failure like any other: written later
@@ -215,7 +254,9 @@ class HotTier:
                 if time.monotonic() > until:  # the copy would have expired: followers have reread DynamoDB
                     written = False
                 else:
-                    written = self._call("saved", lambda r: self._write_saved(r, live, message))
+                    written = self._call(
+                        "saved", lambda r, live=live, message=message: self._write_saved(r, live, message)
+                    )
                     if written is None:
                         break  # Redis still fails (and is left alone for PAUSE_S)
                 with self._late_lock:
@@ -234,13 +275,25 @@ class HotTier:
                 p.hgetall(key)
                 p.get(key + ":text")
                 return p.execute()
+
         found = self._call("live", work)
         if not found or not found[0]:
             return None
         fields, text = found
-        saved = message_of(fields["saved"]) if fields.get("saved") else None
-        return RemoteLive(message_id, text or "", fields.get("status", ""), saved, fields.get("save_error") or None,
-                          bool(fields.get("stop")), self)
+        try:
+            saved = message_of(fields["saved"]) if fields.get("saved") else None
+        except BadValue:
+            self._bad("live", key)
+            return None
+        return RemoteLive(
+            message_id,
+            text or "",
+            fields.get("status", ""),
+            saved,
+            fields.get("save_error") or None,
+            bool(fields.get("stop")),
+            self,
+        )
 
     def request_stop(self, message_id: str, reason: str) -> bool:
         key = self._key("live", message_id)
@@ -251,8 +304,9 @@ class HotTier:
 
     def version(self, user_id: str, session_id: str) -> int | None:
         """The chat's change counter; None when Redis does not know the chat (or is down): read DynamoDB."""
-        found = self._call("version", lambda r: r.get(self._key("ver", user_id, session_id)))
-        return int(found) if found is not None else None
+        key = self._key("ver", user_id, session_id)
+        found = self._call("version", lambda r: r.get(key))
+        return self._counter(found, key)
 
     def bump(self, user_id: str, session_id: str) -> int | None:
         """After a write to the chat: a new counter value. A missing counter starts from a random base, so a
@@ -260,27 +314,60 @@ class HotTier:
         key = self._key("ver", user_id, session_id)
 
         def work(r):
-            with r.pipeline(transaction=False) as p:
-                p.set(key, uuid.uuid4().int % 10**12 * 1000, nx=True, ex=self.ttl)
-                p.incr(key)
-                p.expire(key, self.ttl)
-                return p.execute()[1]
+            import redis
+
+            for _ in range(2):
+                with r.pipeline(transaction=False) as p:
+                    p.set(key, uuid.uuid4().int % 10**12 * 1000, nx=True, ex=self.ttl)
+                    p.incr(key)
+                    p.expire(key, self.ttl)
+                    try:
+                        return p.execute()[1]
+                    except redis.ResponseError:  # junk at the counter (INCR of a non-integer): start it anew
+                        logs.warning("hot_tier_bad_value", op="bump")
+                        r.delete(key)
+            return None
+
         return self._call("bump", work)
 
     def cached_view(self, user_id: str, session_id: str) -> tuple[SessionView, int] | None:
         """The chat's first page if Redis has it at the current counter value: no DynamoDB Query."""
+
         def work(r):
             with r.pipeline(transaction=False) as p:
                 p.get(self._key("ver", user_id, session_id))
                 p.hmget(self._key("view", user_id, session_id), "at", "json")
                 return p.execute()
+
         found = self._call("cached_view", work)
         if not found:
             return None
         current, (at, text) = found
-        if current is None or at is None or text is None or int(at) != int(current):
+        current = self._counter(current, self._key("ver", user_id, session_id))
+        if current is None or at is None or text is None or self._counter(at, None) != current:
             return None
-        return view_of(text), int(current)
+        try:
+            return view_of(text), current
+        except BadValue:
+            self._bad("cached_view", self._key("view", user_id, session_id))
+            return None
+
+    def _counter(self, found: Any, key: str | None) -> int | None:
+        """A change counter as Redis has it; junk is a miss (and, given its key, deleted: a bump starts anew)."""
+        if found is None:
+            return None
+        try:
+            return int(found)
+        except (TypeError, ValueError):
+            if key is not None:
+                self._bad("version", key)
+            return None
+
+    def _bad(self, op: str, key: str) -> None:
+        """A value this release cannot decode: logged (the op, never the value) and deleted, so the next write
+        replaces it and no page keeps tripping on it."""
+        logs.warning("hot_tier_bad_value", op=op)
+        self._call("delete_bad_value", lambda r: r.delete(key))
 
     def cache_view(self, user_id: str, session_id: str, view: SessionView, at: int | None) -> None:
         """Keep the first page read at counter value `at` (read before the Query: a write during it makes the
@@ -297,6 +384,7 @@ class HotTier:
                 p.hset(key, mapping={"at": at, "json": text})
                 p.expire(key, self.ttl)
                 p.execute()
+
         self._call("cache_view", work)
 
     def known(self, user_id: str, session_id: str) -> int | None:

@@ -9,6 +9,7 @@ sending, and a `retry-after: 3600` on a 429 honoured as an hour's sleep before t
 - a retry-after longer than CHAT_MODEL_RETRY_AFTER_MAX_S is waited only that long; if the service still
   refuses, the retries run out and the user is told, instead of a page that waits an hour.
 """
+
 from __future__ import annotations
 
 import functools
@@ -21,8 +22,10 @@ def client_options(settings: Settings) -> dict[str, Any]:
     """Keyword arguments for an anthropic client: its timeouts and retries."""
     import anthropic
 
-    return {"max_retries": settings.model_max_retries,
-            "timeout": anthropic.Timeout(settings.model_stall_s, connect=settings.model_connect_timeout_s)}
+    return {
+        "max_retries": settings.model_max_retries,
+        "timeout": anthropic.Timeout(settings.model_stall_s, connect=settings.model_connect_timeout_s),
+    }
 
 
 @functools.lru_cache(maxsize=None)

@@ -5,6 +5,7 @@ iteration ends, `reply.usage` holds the token counts. Every failure surfaces as
 ModelError with a sentence a user understands; whatever text arrived before the
 failure stays in `reply.text`.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -13,8 +14,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Protocol
 
-from lib.storage import keys
 from lib.errors import ModelError
+from lib.storage import keys
 
 
 @dataclass(frozen=True)
@@ -41,9 +42,10 @@ class Prompt:
         """The Anthropic `system` parameter: the stable prefix as a cached block, the rest (recalled turns) after."""
         if not self.cache_prefix or not self.system.startswith(self.cache_prefix):
             return self.system
-        blocks: list[dict[str, Any]] = [{"type": "text", "text": self.cache_prefix,
-                                         "cache_control": {"type": "ephemeral"}}]
-        rest = self.system[len(self.cache_prefix):]
+        blocks: list[dict[str, Any]] = [
+            {"type": "text", "text": self.cache_prefix, "cache_control": {"type": "ephemeral"}}
+        ]
+        rest = self.system[len(self.cache_prefix) :]
         if rest.strip():
             blocks.append({"type": "text", "text": rest})
         return blocks
@@ -88,6 +90,8 @@ class Reply:
         except ModelError:
             raise
         except Exception as exc:
+            if not from_the_model(exc):
+                raise  # a bug in our own code: the worker saves the turn as failed because of the app, not the model
             raise ModelError(describe_failure(exc, started=bool(parts))) from exc
         finally:
             self.ended_at = keys.now()
@@ -119,13 +123,41 @@ class ChatModel(Protocol):
 
 COMPLETE_TIMEOUT_S = 60.0  # a background summary or extraction never waits on the model longer than this
 
-TITLE_INSTRUCTION = ("Write a title of 3 to 6 words for a chat that starts with the user's message below. "
-                     "Reply with the title only: no quotes, no final period.")
+TITLE_INSTRUCTION = (
+    "Write a title of 3 to 6 words for a chat that starts with the user's message below. "
+    "Reply with the title only: no quotes, no final period."
+)
 
 
 def clean_title(text: str, fallback: str) -> str:
-    title = " ".join(text.strip().strip('"“”\'`').split()).rstrip(".")
+    title = " ".join(text.strip().strip("\"“”'`").split()).rstrip(".")
     return title[:80] if title else fallback
+
+
+def _transport_errors() -> tuple[type[BaseException], ...]:
+    """The HTTP client's errors (the SDK's own HTTP library, and httpx/httpcore where a custom client uses them)."""
+    import importlib
+
+    found: list[type[BaseException]] = [OSError]  # a socket cut by Stop (Reply.abort), a reset connection
+    for name, classes in (
+        ("httpx2", ("HTTPError", "StreamError")),
+        ("httpx", ("HTTPError", "StreamError")),
+        ("httpcore", ("NetworkError", "ProtocolError", "TimeoutException")),
+    ):
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            continue
+        found += [getattr(module, c) for c in classes if isinstance(getattr(module, c, None), type)]
+    return tuple(found)
+
+
+def from_the_model(exc: BaseException) -> bool:
+    """An error of the model service or of the connection to it (what describe_failure has a sentence for);
+    anything else raised while streaming is a bug of ours and must not be blamed on the connection."""
+    import anthropic
+
+    return isinstance(exc, (anthropic.APIError, *_transport_errors()))
 
 
 def describe_failure(exc: BaseException, *, started: bool) -> str:
@@ -139,8 +171,12 @@ def describe_failure(exc: BaseException, *, started: bool) -> str:
         return "The app's model credentials are not allowed to use this model. Ask an administrator."
     if isinstance(exc, anthropic.RateLimitError):
         return "The model is rate-limited right now. Wait a minute, then press Retry." + kept
-    if isinstance(exc, anthropic.APIStatusError) and getattr(exc, "status_code", 0) in (529, 503) \
-            or type(exc).__name__ == "OverloadedError" or "overloaded" in str(exc).lower():
+    if (
+        isinstance(exc, anthropic.APIStatusError)
+        and getattr(exc, "status_code", 0) in (529, 503)
+        or type(exc).__name__ == "OverloadedError"
+        or "overloaded" in str(exc).lower()
+    ):
         return "The model is overloaded right now. Press Retry in a moment." + kept
     if isinstance(exc, anthropic.BadRequestError):
         return "The model refused the request (it may be too long for the model). Start a new chat or shorten it."
@@ -166,8 +202,9 @@ class AnthropicModel:
     def stream(self, prompt: Prompt) -> Reply:
         def source() -> Iterator[Any]:
             # The SDK retries 429/529/connection errors before the first byte; a drop mid-stream is final.
-            with self._client.messages.stream(model=self.name, max_tokens=self.max_tokens,
-                                              system=prompt.system_blocks(), messages=prompt.messages) as stream:
+            with self._client.messages.stream(
+                model=self.name, max_tokens=self.max_tokens, system=prompt.system_blocks(), messages=prompt.messages
+            ) as stream:
                 reply._abort = lambda: _cut(stream)
                 yield from stream.text_stream
                 yield _usage(stream.get_final_message().usage)
@@ -178,20 +215,30 @@ class AnthropicModel:
     def title(self, question: str, answer: str) -> tuple[str, Usage]:
         fallback = question
         try:
-            response = self._client.messages.create(model=self.name, max_tokens=24, system=TITLE_INSTRUCTION,
-                                                    messages=[{"role": "user", "content": question[:4000]}])
+            response = self._client.messages.create(
+                model=self.name,
+                max_tokens=24,
+                system=TITLE_INSTRUCTION,
+                messages=[{"role": "user", "content": question[:4000]}],
+            )
         except Exception as exc:
             raise ModelError(describe_failure(exc, started=False)) from exc
         text = "".join(getattr(block, "text", "") for block in response.content)
         return clean_title(text, fallback), _usage(response.usage)
 
-    def complete(self, system: str, text: str, *, model: str, max_tokens: int,
-                 timeout_s: float = COMPLETE_TIMEOUT_S) -> tuple[str, Usage]:
+    def complete(
+        self, system: str, text: str, *, model: str, max_tokens: int, timeout_s: float = COMPLETE_TIMEOUT_S
+    ) -> tuple[str, Usage]:
         """One non-streamed call with a deadline (summaries, memory extraction), on `model` (a cheaper one);
         ModelError on any failure."""
         try:
-            response = self._client.messages.create(model=model, max_tokens=max_tokens, system=system,
-                                                    messages=[{"role": "user", "content": text}], timeout=timeout_s)
+            response = self._client.messages.create(
+                model=model,
+                max_tokens=max_tokens,
+                system=system,
+                messages=[{"role": "user", "content": text}],
+                timeout=timeout_s,
+            )
         except Exception as exc:
             raise ModelError(describe_failure(exc, started=False)) from exc
         return "".join(getattr(block, "text", "") for block in response.content), _usage(response.usage)
@@ -256,8 +303,31 @@ class DemoModel:
         return title, Usage(input_tokens=estimate_tokens(question), output_tokens=estimate_tokens(title))
 
 
-_TRAILING = {"a", "an", "the", "for", "of", "to", "and", "or", "in", "on", "with", "my", "our", "this", "that",
-             "your", "about", "by", "from", "at", "as", "is", "def"}
+_TRAILING = {
+    "a",
+    "an",
+    "the",
+    "for",
+    "of",
+    "to",
+    "and",
+    "or",
+    "in",
+    "on",
+    "with",
+    "my",
+    "our",
+    "this",
+    "that",
+    "your",
+    "about",
+    "by",
+    "from",
+    "at",
+    "as",
+    "is",
+    "def",
+}
 
 
 def demo_title(question: str, limit: int = 60) -> str:
@@ -271,9 +341,9 @@ def demo_title(question: str, limit: int = 60) -> str:
         if 3 <= len(clause.split()) and len(clause) <= limit:
             words = clause.split()
         else:  # whole words that fit, ended before the last phrase that would be cut ('... for the new')
-            words = line[:limit + 1].rsplit(" ", 1)[0].split()
+            words = line[: limit + 1].rsplit(" ", 1)[0].split()
             starts = [i for i in range(3, len(words)) if words[i].lower() in _TRAILING]
-            words = words[:starts[-1]] if starts else words
+            words = words[: starts[-1]] if starts else words
         while len(words) > 2 and words[-1].lower().strip("'’") in _TRAILING:
             words.pop()
         line = " ".join(words)
@@ -281,26 +351,40 @@ def demo_title(question: str, limit: int = 60) -> str:
 
 
 _TOPICS = [
-    (("dynamodb", "table", "database", "key", "index"), "Data modelling",
-     "- Start from the queries, then choose the keys.\n- Keep items small; one item per turn is a good default.\n"
-     "- Prefer one conditional transaction over read-modify-write.",
-     "```python\nclient.query(\n    TableName=\"chat\",\n    KeyConditionExpression=\"pk = :pk\",\n"
-     "    ExpressionAttributeValues={\":pk\": {\"S\": \"USER#u-123\"}},\n    ScanIndexForward=False,\n    Limit=20,\n)\n```"),
-    (("python", "code", "function", "bug", "error", "script"), "Code",
-     "- Reproduce the problem with the smallest input.\n- Write the failing test first.\n- Fix, then keep the test.",
-     "```python\ndef test_the_bug_stays_fixed():\n    assert parse(\"\") == []\n```"),
-    (("email", "write", "draft", "report", "summary", "summarize"), "Writing",
-     "- Lead with the decision or the ask.\n- One idea per paragraph.\n- End with the next step and a date.",
-     "> **Subject:** Decision needed by Friday\n>\n> Hi team, ..."),
+    (
+        ("dynamodb", "table", "database", "key", "index"),
+        "Data modelling",
+        "- Start from the queries, then choose the keys.\n- Keep items small; one item per turn is a good default.\n"
+        "- Prefer one conditional transaction over read-modify-write.",
+        '```python\nclient.query(\n    TableName="chat",\n    KeyConditionExpression="pk = :pk",\n'
+        '    ExpressionAttributeValues={":pk": {"S": "USER#u-123"}},\n    ScanIndexForward=False,\n    Limit=20,\n)\n```',
+    ),
+    (
+        ("python", "code", "function", "bug", "error", "script"),
+        "Code",
+        "- Reproduce the problem with the smallest input.\n- Write the failing test first.\n- Fix, then keep the test.",
+        '```python\ndef test_the_bug_stays_fixed():\n    assert parse("") == []\n```',
+    ),
+    (
+        ("email", "write", "draft", "report", "summary", "summarize"),
+        "Writing",
+        "- Lead with the decision or the ask.\n- One idea per paragraph.\n- End with the next step and a date.",
+        "> **Subject:** Decision needed by Friday\n>\n> Hi team, ...",
+    ),
 ]
 
 
 def demo_answer(question: str, turns: int = 1) -> str:
     """A deterministic, useful-looking answer that says plainly it comes from the demo model."""
     lowered = question.lower()
-    topic, bullets, example = "General", ("- Say what you want to achieve.\n- Give the constraints you know.\n"
-                                          "- Ask for the format you need (list, table, code)."), \
-        "| step | what to do |\n|---|---|\n| 1 | ask |\n| 2 | refine |\n| 3 | decide |"
+    topic, bullets, example = (
+        "General",
+        (
+            "- Say what you want to achieve.\n- Give the constraints you know.\n"
+            "- Ask for the format you need (list, table, code)."
+        ),
+        "| step | what to do |\n|---|---|\n| 1 | ask |\n| 2 | refine |\n| 3 | decide |",
+    )
     for words, name, topic_bullets, topic_example in _TOPICS:
         if any(re.search(rf"\b{w}\b", lowered) for w in words):
             topic, bullets, example = name, topic_bullets, topic_example

@@ -8,6 +8,7 @@ export/import: DynamoDB JSON lines as AWS's export to S3 writes them
 ({"Item": {...}} per line), through the DynamoDB API, so the same files move a
 table between the local backend and AWS in both directions.
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -20,7 +21,7 @@ from typing import Any
 from lib.config import Settings
 from lib.embedded.disk import FILE_NAME, FORMAT_VERSION, Disk
 from lib.errors import ConfigError, StoreUnavailable
-from lib.storage.gateway import Gateway
+from lib.storage.operator import Operator
 
 MEMORY = ":memory:"
 
@@ -31,8 +32,10 @@ class CommandError(Exception):
 
 def _local_folder(settings: Settings) -> Path:
     if settings.backend != "local":
-        raise CommandError("backup and restore are for the local backend; on AWS use point-in-time recovery "
-                           "(on by `python -m lib.admin create-table`) or export-table.")
+        raise CommandError(
+            "backup and restore are for the local backend; on AWS use point-in-time recovery "
+            "(on by `python -m lib.admin create-table`) or export-table."
+        )
     if settings.data_dir == MEMORY:
         raise CommandError("CHAT_DATA_DIR is :memory:, so there is no local database on disk to back up or restore.")
     return Path(settings.data_dir)
@@ -103,9 +106,11 @@ def restore(settings: Settings, backup_file: str | os.PathLike, force: bool = Fa
         kept = ""
         if target.exists():
             if not force:
-                raise CommandError(f"{folder}/ already holds a database; restoring replaces it. Add --force to "
-                                   "restore anyway (the current files are kept beside it, renamed).")
-            stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+                raise CommandError(
+                    f"{folder}/ already holds a database; restoring replaces it. Add --force to "
+                    "restore anyway (the current files are kept beside it, renamed)."
+                )
+            stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
             for suffix in ("", "-wal", "-shm"):
                 old = folder / (FILE_NAME + suffix)
                 if old.exists():
@@ -138,14 +143,13 @@ def export_table(settings: Settings, out: str | os.PathLike) -> str:
     if out.exists():
         raise CommandError(f"{out} already exists: choose a new file name (an export never overwrites one).")
     database = open_database(settings)
-    db = Gateway(database.client, database.table, database.meter)
+    db = Operator.of(database)
     partial = out.with_name(out.name + ".partial")
     count = 0
     with partial.open("w", encoding="utf-8") as lines:
-        for page in db.scan_pages(ConsistentRead=True):
-            for item in page:
-                lines.write(json.dumps({"Item": item}, ensure_ascii=False) + "\n")
-                count += 1
+        for item in db.scan_table():
+            lines.write(json.dumps({"Item": item}, ensure_ascii=False) + "\n")
+            count += 1
         lines.flush()
         os.fsync(lines.fileno())
     os.replace(partial, out)
@@ -153,8 +157,11 @@ def export_table(settings: Settings, out: str | os.PathLike) -> str:
 
 
 def _typed(value: Any) -> bool:
-    return isinstance(value, dict) and len(value) == 1 and next(iter(value)) in (
-        "S", "N", "B", "BOOL", "NULL", "SS", "NS", "BS", "L", "M")
+    return (
+        isinstance(value, dict)
+        and len(value) == 1
+        and next(iter(value)) in ("S", "N", "B", "BOOL", "NULL", "SS", "NS", "BS", "L", "M")
+    )
 
 
 def read_export(path: str | os.PathLike) -> list[dict]:
@@ -175,8 +182,10 @@ def read_export(path: str | os.PathLike) -> list[dict]:
             if not isinstance(item.get("pk", {}).get("S"), str) or not isinstance(item.get("sk", {}).get("S"), str):
                 raise KeyError("pk and sk strings")
         except (UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise CommandError(f"Line {number} of {path} is not an exported item ({type(exc).__name__}: "
-                               f"{str(exc)[:80]}); nothing was imported.") from exc
+            raise CommandError(
+                f"Line {number} of {path} is not an exported item ({type(exc).__name__}: "
+                f"{str(exc)[:80]}); nothing was imported."
+            ) from exc
         items.append(item)
     return items
 
@@ -187,11 +196,13 @@ def import_table(settings: Settings, path: str | os.PathLike, merge: bool = Fals
 
     items = read_export(path)
     database = open_database(settings)
-    db = Gateway(database.client, database.table, database.meter)
-    if not merge and db.call("scan", Limit=1).get("Items"):
-        raise CommandError(f"Table '{database.table}' ({database.where}) already holds items; an import replaces "
-                           "items with the same keys. Add --merge to import into it anyway.")
-    written = db.batch_write(puts=items)
+    db = Operator.of(database)
+    if not merge and db.has_items():
+        raise CommandError(
+            f"Table '{database.table}' ({database.where}) already holds items; an import replaces "
+            "items with the same keys. Add --merge to import into it anyway."
+        )
+    written = db.put_items(items)
     return f"Imported {written:,} items from {path} into {database.where} (table '{database.table}')."
 
 

@@ -2,6 +2,7 @@
 retention, sweep-pending. Each is metered as action "admin"; the destructive ones take --dry-run and
 resume after a crash (lib/ops/deletion.py). Output is for people on stdout, progress on stderr;
 `--json` where a script reads it."""
+
 from __future__ import annotations
 
 import argparse
@@ -18,13 +19,17 @@ NAMES = ("check", "repair", "users", "purge-user", "export-user", "retention", "
 
 def register(commands: Any) -> None:
     """Add this module's subcommands to the admin parser."""
+
     def scope(parser: argparse.ArgumentParser, *, deep: bool = True) -> None:
         who = parser.add_mutually_exclusive_group(required=True)
         who.add_argument("--user", help="one user id (as signed in, e.g. an email)")
         who.add_argument("--all", action="store_true", help="every user (one Scan of the table)")
         if deep:
-            parser.add_argument("--deep", action="store_true",
-                                help="with --user: also Scan for session partitions no sidebar row points to")
+            parser.add_argument(
+                "--deep",
+                action="store_true",
+                help="with --user: also Scan for session partitions no sidebar row points to",
+            )
 
     scope(commands.add_parser("check", help="verify the store's invariants (exits 1 on a violation)"))
     repair = commands.add_parser("repair", help="fix what check finds that is mechanical")
@@ -51,16 +56,15 @@ def register(commands: Any) -> None:
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
     """Run one of NAMES; a domain error is one sentence on stderr and exit code 2."""
-    from lib.database import open_database
-    from lib.storage.gateway import Gateway
-
     from lib import logs
+    from lib.database import open_database
+    from lib.storage.operator import Operator
 
     dry_run = bool(getattr(args, "dry_run", False))
     logs.event("admin.started", command=args.command, user_id=getattr(args, "user", None), dry_run=dry_run)
     try:
         database = open_database(settings)
-        db = Gateway(database.client, database.table, database.meter)
+        db = Operator.of(database)
         with db.action("admin", None):
             code = _COMMANDS[args.command](args, settings, database, db)
     except (ChatError, ValueError) as exc:
@@ -72,8 +76,10 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _print_report(report: Any) -> None:
-    print(f"{report.user_id}: {report.sessions} sessions, {report.messages} turns, "
-          f"{len(report.violations)} violations, {len(report.stale_pending)} stale pending turns")
+    print(
+        f"{report.user_id}: {report.sessions} sessions, {report.messages} turns, "
+        f"{len(report.violations)} violations, {len(report.stale_pending)} stale pending turns"
+    )
     for line in report.violations:
         print(f"  VIOLATION {line}")
     for session_id, message_id in report.stale_pending:
@@ -85,8 +91,16 @@ def _reports(args: argparse.Namespace, settings: Settings, database: Any, db: An
 
     if args.all:
         return check_all(db, pending_timeout_s=settings.pending_timeout_s)
-    return [check_user(database.client, database.table, args.user, pending_timeout_s=settings.pending_timeout_s,
-                       deep=args.deep, db=db)]
+    return [
+        check_user(
+            database.client,
+            database.table,
+            args.user,
+            pending_timeout_s=settings.pending_timeout_s,
+            deep=args.deep,
+            db=db,
+        )
+    ]
 
 
 def _check(args, settings, database, db) -> int:
@@ -105,8 +119,10 @@ def _repair(args, settings, database, db) -> int:
     for report in _reports(args, settings, database, db):
         for outcome in repair(db, report, dry_run=args.dry_run):
             state = "would" if args.dry_run else ("done" if outcome.done else "skipped")
-            print(f"{report.user_id} session {outcome.session_id}: {state}: {outcome.action}"
-                  + (f" ({outcome.note})" if outcome.note and not args.dry_run else ""))
+            print(
+                f"{report.user_id} session {outcome.session_id}: {state}: {outcome.action}"
+                + (f" ({outcome.note})" if outcome.note and not args.dry_run else "")
+            )
             changed += outcome.done
         left = [p for p in report.problems if not p.repair]
         for problem in left:
@@ -135,8 +151,10 @@ def _purge(args, settings, database, db) -> int:
 
     counts = purge_user(db, args.user, dry_run=args.dry_run, usage=args.usage)
     verb = "would delete" if args.dry_run else "deleted"
-    print(f"{args.user}: {verb} {counts['sessions']} sessions ({counts['session_items']} items), "
-          f"{counts['other_items']} other items, {counts['usage_buckets']} usage buckets, and the registry entry")
+    print(
+        f"{args.user}: {verb} {counts['sessions']} sessions ({counts['session_items']} items), "
+        f"{counts['other_items']} other items, {counts['usage_buckets']} usage buckets, and the registry entry"
+    )
     return 0
 
 
@@ -168,10 +186,19 @@ def _sweep(args, settings, database, db) -> int:
     swept = sweep_pending(db, args.older_than, dry_run=args.dry_run, within_days=args.within_days)
     for user_id, session_id, message_id in swept.found:
         print(f"{user_id} session {session_id} message {message_id}: pending too long")
-    print(f"{len(swept.found)} stale pending turns; marked failed: {swept.marked}; "
-          f"changed meanwhile: {swept.changed_meanwhile}" + (" (dry run)" if args.dry_run else ""))
+    print(
+        f"{len(swept.found)} stale pending turns; marked failed: {swept.marked}; "
+        f"changed meanwhile: {swept.changed_meanwhile}" + (" (dry run)" if args.dry_run else "")
+    )
     return 0
 
 
-_COMMANDS = {"check": _check, "repair": _repair, "users": _users, "purge-user": _purge, "export-user": _export,
-             "retention": _retention, "sweep-pending": _sweep}
+_COMMANDS = {
+    "check": _check,
+    "repair": _repair,
+    "users": _users,
+    "purge-user": _purge,
+    "export-user": _export,
+    "retention": _retention,
+    "sweep-pending": _sweep,
+}

@@ -1,5 +1,6 @@
 """The context engine's commands of `python -m lib.admin`: import-chat (conversations in, with their times)
 and context (exactly what the model would be sent, one JSON line per question, from one process)."""
+
 from __future__ import annotations
 
 import argparse
@@ -15,8 +16,11 @@ NAMES = ("import-chat", "context")
 
 def register(commands: Any) -> None:
     """Add this module's subcommands to the admin parser."""
-    imp = commands.add_parser("import-chat", help="import conversations (own JSON, ChatGPT or Claude.ai export) "
-                                                  "with their original times; prints each new session id")
+    imp = commands.add_parser(
+        "import-chat",
+        help="import conversations (own JSON, ChatGPT or Claude.ai export) "
+        "with their original times; prints each new session id",
+    )
     imp.add_argument("--user", required=True, help="the user id the chats belong to (as signed in)")
     imp.add_argument("file")
     ctx = commands.add_parser("context", help="print what the model would be sent for each question of a file")
@@ -39,11 +43,10 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _services(settings: Settings):
-    from lib.context.engine import ContextEngine
     from lib.services import build_services
 
     svc = build_services(settings)
-    return svc, ContextEngine.from_services(svc)
+    return svc, svc.engine
 
 
 def _import(args: argparse.Namespace, settings: Settings) -> int:
@@ -51,8 +54,11 @@ def _import(args: argparse.Namespace, settings: Settings) -> int:
 
     kind, chats = load_file(args.file)  # everything is checked before the first write
     skipped = sum(c.skipped for c in chats)
-    print(f"{args.file}: {kind} format, {len(chats)} conversations, {sum(len(c.turns) for c in chats)} turns"
-          + (f" ({skipped} messages without text or answer left out)" if skipped else ""), file=sys.stderr)
+    print(
+        f"{args.file}: {kind} format, {len(chats)} conversations, {sum(len(c.turns) for c in chats)} turns"
+        + (f" ({skipped} messages without text or answer left out)" if skipped else ""),
+        file=sys.stderr,
+    )
     svc, engine = _services(settings)
 
     def progress(session_id: str, chat: Any) -> None:
@@ -65,8 +71,11 @@ def _import(args: argparse.Namespace, settings: Settings) -> int:
         result = import_chats(svc.store, engine, args.user, chats, progress=progress, indexer=make_indexer(svc))
     finally:
         svc.ledger.close()
-    print(f"imported {len(result.session_ids)} chats, {result.turns} turns; {result.summaries} summaries and "
-          f"{result.memories} memories written", file=sys.stderr)
+    print(
+        f"imported {len(result.session_ids)} chats, {result.turns} turns; {result.summaries} summaries and "
+        f"{result.memories} memories written",
+        file=sys.stderr,
+    )
     return 0
 
 
@@ -87,13 +96,31 @@ def _context(args: argparse.Namespace, settings: Settings) -> int:
         view = svc.store.open_session(args.user, args.session)  # 1 Query: summary, meta, 20 turns
         cache = ContextCache()
         for question in questions:
-            context = engine.context(cache, args.user, view.session, question, view.messages, summary=view.summary,
-                                     system_prompt_id=settings.system_prompt_id, budget=args.budget,
-                                     earlier_turns=view.session.message_count)
+            context = engine.context(
+                cache,
+                args.user,
+                view.session,
+                question,
+                view.messages,
+                summary=view.summary,
+                system_prompt_id=settings.system_prompt_id,
+                budget=args.budget,
+                earlier_turns=view.session.message_count,
+            )
             if args.json:
-                print(json.dumps({"system": context.prompt.system, "messages": context.prompt.messages,
-                                  "tokens": context.tokens, "sources": context.sources_record(),
-                                  "note": context.note}, ensure_ascii=False), flush=True)
+                print(
+                    json.dumps(
+                        {
+                            "system": context.prompt.system,
+                            "messages": context.prompt.messages,
+                            "tokens": context.tokens,
+                            "sources": context.sources_record(),
+                            "note": context.note,
+                        },
+                        ensure_ascii=False,
+                    ),
+                    flush=True,
+                )
             else:
                 parts = ", ".join(f"{s.kind} {s.tokens}" for s in context.sources)
                 print(f"{context.tokens:>6} tokens  {question[:60]!r}: {parts}")

@@ -15,22 +15,17 @@ Turns still pending after the timeout are listed, not counted as violations (`sw
 Reads: `--user` is one Query of the user's partition plus one per session; `--deep` adds a Scan filtered
 to the user's session partitions (billed on the whole table: an operator tool); `--all` is one Scan.
 """
+
 from __future__ import annotations
 
 import datetime as dt
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 from lib.storage import keys
-from lib.storage.gateway import Gateway, from_item, to_item
+from lib.storage.operator import Operator
 from lib.storage.records import Message, Session
-
-# What a check reads of each item: everything but the bodies (Scan and Query bill whole items anyway; this
-# keeps chat text out of the operator's memory and terminal).
-_PROJECTION = "pk, sk, session_id, user_id, title, create_time, last_message_time, message_count, message_id, " \
-              "#status, attempt_time, system_prompt_id"
-_NAMES = {"#status": "status"}
 
 
 @dataclass
@@ -91,7 +86,7 @@ class Collector:
             elif kind not in (keys.MEMORY, keys.VECTOR, keys.PURGE, keys.PREFERENCE):
                 self.user_unknown[user_id].append(item["sk"])
             else:
-                self.users[user_id]  # the user exists even with no session  # noqa: B018
+                self.users[user_id]  # the user exists even with no session
             return
         records = self.users[user_id][session_id]
         if kind == keys.META:
@@ -102,8 +97,14 @@ class Collector:
             records.unknown.append(item["sk"])
 
 
-def _judge(user_id: str, sessions: dict[str, SessionRecords], unknown: list[str], *, pending_timeout_s: float,
-           at: dt.datetime | None) -> Report:
+def _judge(
+    user_id: str,
+    sessions: dict[str, SessionRecords],
+    unknown: list[str],
+    *,
+    pending_timeout_s: float,
+    at: dt.datetime | None,
+) -> Report:
     report = Report(user_id, records=dict(sessions))
     report.problems += [Violation(None, f"unknown record {sk!r} in the user's partition") for sk in unknown]
     for session_id, records in sorted(sessions.items()):
@@ -112,71 +113,85 @@ def _judge(user_id: str, sessions: dict[str, SessionRecords], unknown: list[str]
         report.problems += [Violation(session_id, f"unknown record {sk!r}") for sk in records.unknown]
         if records.meta is None:
             if turns:
-                report.problems.append(Violation(session_id, f"{len(turns)} turns but no meta (orphaned turns)",
-                                                 "rebuild the meta and sidebar row from the turns"))
+                report.problems.append(
+                    Violation(
+                        session_id,
+                        f"{len(turns)} turns but no meta (orphaned turns)",
+                        "rebuild the meta and sidebar row from the turns",
+                    )
+                )
             if records.rows:
-                report.problems.append(Violation(session_id, "has a sidebar row but no meta",
-                                                 None if turns else "delete the sidebar row"))
+                report.problems.append(
+                    Violation(session_id, "has a sidebar row but no meta", None if turns else "delete the sidebar row")
+                )
             continue
         report.sessions += 1
         meta = Session.from_item(records.meta)
         times = [keys.list_row_parts(r["sk"])[0] for r in records.rows]
         if len(records.rows) != 1:
-            report.problems.append(Violation(session_id, f"has {len(records.rows)} sidebar rows",
-                                             "keep one row, at the meta's time"))
+            report.problems.append(
+                Violation(session_id, f"has {len(records.rows)} sidebar rows", "keep one row, at the meta's time")
+            )
         elif times[0] != meta.last_message_time:
-            report.problems.append(Violation(session_id, f"sidebar row at {times[0]}, meta at "
-                                             f"{meta.last_message_time}", "keep one row, at the meta's time"))
+            report.problems.append(
+                Violation(
+                    session_id,
+                    f"sidebar row at {times[0]}, meta at {meta.last_message_time}",
+                    "keep one row, at the meta's time",
+                )
+            )
         elif records.rows[0].get("title") != meta.title:
-            report.problems.append(Violation(session_id, "sidebar title differs from the meta's",
-                                             "copy the meta's title to the row"))
+            report.problems.append(
+                Violation(session_id, "sidebar title differs from the meta's", "copy the meta's title to the row")
+            )
         if meta.message_count != len(turns):
-            report.problems.append(Violation(session_id, f"message_count {meta.message_count}, {len(turns)} "
-                                             "turns stored", "set message_count to the turns stored"))
+            report.problems.append(
+                Violation(
+                    session_id,
+                    f"message_count {meta.message_count}, {len(turns)} turns stored",
+                    "set message_count to the turns stored",
+                )
+            )
         if turns and max(t.create_time for t in turns) != meta.last_message_time:
             report.problems.append(Violation(session_id, "newest turn is not at last_message_time"))
         report.stale_pending += [(session_id, t.message_id) for t in turns if t.is_stale(pending_timeout_s, at)]
     return report
 
 
-def _session_items(db: Gateway, user_id: str, session_id: str) -> list[dict]:
-    return [from_item(i) for i in db.query_all(
-        KeyConditionExpression="pk = :pk", ConsistentRead=True, ProjectionExpression=_PROJECTION,
-        ExpressionAttributeNames=_NAMES, ExpressionAttributeValues=to_item({":pk": keys.session_pk(user_id, session_id)}))]
-
-
-def check_user(client: Any, table: str, user_id: str, *, pending_timeout_s: float = 300,
-               at: dt.datetime | None = None, deep: bool = False, db: Gateway | None = None) -> Report:
+def check_user(
+    client: Any,
+    table: str,
+    user_id: str,
+    *,
+    pending_timeout_s: float = 300,
+    at: dt.datetime | None = None,
+    deep: bool = False,
+    db: Operator | None = None,
+) -> Report:
     """One user's report: from the sidebar rows (and, `deep`, every session partition the table holds)."""
-    db = db or Gateway(client, table)
+    db = db or Operator(client, table)
     collector = Collector()
-    for item in db.query_all(KeyConditionExpression="pk = :pk", ConsistentRead=True,
-                             ExpressionAttributeValues=to_item({":pk": keys.user_pk(user_id)})):
-        collector.add(from_item(item))
+    for item in db.user_records(user_id):
+        collector.add(item)
     if deep:
-        for item in _scan(db, FilterExpression="begins_with(pk, :prefix)",
-                          ExpressionAttributeValues=to_item({":prefix": keys.session_partition_prefix(user_id)})):
+        for item in db.scan_records(sessions_of=user_id):
             collector.add(item)
     else:
         for session_id in list(collector.users[user_id]):
-            for item in _session_items(db, user_id, session_id):
+            for item in db.session_records(user_id, session_id):
                 collector.add(item)
-    return _judge(user_id, collector.users[user_id], collector.user_unknown[user_id],
-                  pending_timeout_s=pending_timeout_s, at=at)
+    return _judge(
+        user_id, collector.users[user_id], collector.user_unknown[user_id], pending_timeout_s=pending_timeout_s, at=at
+    )
 
 
-def check_all(db: Gateway, *, pending_timeout_s: float = 300, at: dt.datetime | None = None) -> list[Report]:
+def check_all(db: Operator, *, pending_timeout_s: float = 300, at: dt.datetime | None = None) -> list[Report]:
     """Every user's report, from one Scan of the table."""
     collector = Collector()
-    for item in _scan(db):
+    for item in db.scan_records():
         collector.add(item)
     users = set(collector.users) | set(collector.user_unknown)
-    return [_judge(u, collector.users[u], collector.user_unknown[u], pending_timeout_s=pending_timeout_s, at=at)
-            for u in sorted(users)]
-
-
-def _scan(db: Gateway, **params: Any) -> Iterable[dict]:
-    names = {**_NAMES, **params.pop("ExpressionAttributeNames", {})}
-    for page in db.scan_pages(ConsistentRead=True, ProjectionExpression=_PROJECTION, ExpressionAttributeNames=names,
-                              **params):
-        yield from (from_item(i) for i in page)
+    return [
+        _judge(u, collector.users[u], collector.user_unknown[u], pending_timeout_s=pending_timeout_s, at=at)
+        for u in sorted(users)
+    ]

@@ -1,13 +1,15 @@
 """Semantic search's commands of `python -m lib.admin`: search (the search box from a shell, for support and
 evaluation), add-vector-index (an existing table, waited on until really searchable) and reindex (embed what
 lacks a vector of the configured model; resumable, with a progress bar, metered as action "index")."""
+
 from __future__ import annotations
 
 import argparse
 import json
 import sys
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from lib.config import Settings
 from lib.errors import ChatError
@@ -23,19 +25,29 @@ def register(commands: Any) -> None:
     search.add_argument("--json", action="store_true", help="one JSON line per query")
     search.add_argument("--questions", metavar="FILE", help="a JSON list of queries, all from one process")
     search.add_argument("query", nargs="?")
-    add = commands.add_parser("add-vector-index", help="add the vector index to an existing table and wait until "
-                                                       "it is searchable (IndexStatus ACTIVE, Backfilling false, "
-                                                       "a probe search)")
+    add = commands.add_parser(
+        "add-vector-index",
+        help="add the vector index to an existing table and wait until "
+        "it is searchable (IndexStatus ACTIVE, Backfilling false, "
+        "a probe search)",
+    )
     add.add_argument("--timeout", type=float, default=3600, metavar="SECONDS")
     add.add_argument("--probe-user", help="also wait until this user's vectors are found (new indexes lag)")
-    reindex = commands.add_parser("reindex", help="embed every turn and memory lacking a vector of the configured "
-                                                  "model (resumable)")
+    reindex = commands.add_parser(
+        "reindex", help="embed every turn and memory lacking a vector of the configured model (resumable)"
+    )
     reindex.add_argument("--all", action="store_true", help="re-embed everything, even vectors of this model")
     reindex.add_argument("--user", help="one user (default: every registered user)")
 
 
-def run(args: argparse.Namespace, settings: Settings, *, out: Any = None, err: Any = None,
-        sleep: Callable[[float], None] = time.sleep) -> int:
+def run(
+    args: argparse.Namespace,
+    settings: Settings,
+    *,
+    out: Any = None,
+    err: Any = None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> int:
     """Run one of NAMES; a domain error is one sentence on stderr and exit code 2."""
     out, err = out or sys.stdout, err or sys.stderr
     try:
@@ -59,8 +71,10 @@ def _services(settings: Settings, *, searchable: bool = False):
     indexer = searchable_indexer(svc)
     if indexer is None and settings.embed_provider != "off":
         svc.ledger.close()
-        raise ValueError(f"table '{settings.table}' has no vector index of {settings.embed_dimensions} dimensions: "
-                         "add it with `python -m lib.admin add-vector-index`")
+        raise ValueError(
+            f"table '{settings.table}' has no vector index of {settings.embed_dimensions} dimensions: "
+            "add it with `python -m lib.admin add-vector-index`"
+        )
     return svc, indexer
 
 
@@ -84,11 +98,15 @@ def _search(args: argparse.Namespace, settings: Settings, out: Any) -> int:
     svc, indexer = _services(settings, searchable=True)
     try:
         for query in queries:
-            outcome = search_chats(indexer.vectors if indexer else None, indexer.embedder if indexer else None,
-                                   args.user, query, args.top)
+            outcome = search_chats(
+                indexer.vectors if indexer else None, indexer.embedder if indexer else None, args.user, query, args.top
+            )
             if args.json:
-                print(json.dumps({"query": query, "results": [r.as_json() for r in outcome.results]},
-                                 ensure_ascii=False), file=out, flush=True)
+                print(
+                    json.dumps({"query": query, "results": [r.as_json() for r in outcome.results]}, ensure_ascii=False),
+                    file=out,
+                    flush=True,
+                )
             else:
                 print(f"{query!r}: {outcome.note or f'{len(outcome.results)} results'}", file=out)
                 for r in outcome.results:
@@ -98,11 +116,13 @@ def _search(args: argparse.Namespace, settings: Settings, out: Any) -> int:
     return 0
 
 
-def _add_index(args: argparse.Namespace, settings: Settings, out: Any, err: Any,
-               sleep: Callable[[float], None]) -> int:
+def _add_index(args: argparse.Namespace, settings: Settings, out: Any, err: Any, sleep: Callable[[float], None]) -> int:
     from lib.database import open_database
-    from lib.storage.schema import VECTOR_INDEX, add_vector_index, vector_index_description
-    from lib.storage.gateway import Gateway
+    from lib.storage.schema import (
+        VECTOR_INDEX,
+        add_vector_index,
+        vector_index_description,
+    )
     from lib.storage.vectors import VectorStore
 
     database = open_database(settings)  # the local backend adds the index at start; AWS waits here
@@ -110,12 +130,16 @@ def _add_index(args: argparse.Namespace, settings: Settings, out: Any, err: Any,
     index = vector_index_description(client, table)
     if index is None:
         add_vector_index(client, table, settings.embed_dimensions)
-        print(f"Adding vector index '{VECTOR_INDEX}' ({settings.embed_dimensions} dimensions, COSINE) to "
-              f"'{table}'...", file=err)
+        print(
+            f"Adding vector index '{VECTOR_INDEX}' ({settings.embed_dimensions} dimensions, COSINE) to '{table}'...",
+            file=err,
+        )
     elif index["Dimensions"] != settings.embed_dimensions:
-        raise ValueError(f"table '{table}' has vector index '{VECTOR_INDEX}' of {index['Dimensions']} dimensions, "
-                         f"but CHAT_EMBED_DIMENSIONS is {settings.embed_dimensions}: dimensions are fixed when an "
-                         "index is made; set CHAT_EMBED_DIMENSIONS to match (or make a new table)")
+        raise ValueError(
+            f"table '{table}' has vector index '{VECTOR_INDEX}' of {index['Dimensions']} dimensions, "
+            f"but CHAT_EMBED_DIMENSIONS is {settings.embed_dimensions}: dimensions are fixed when an "
+            "index is made; set CHAT_EMBED_DIMENSIONS to match (or make a new table)"
+        )
     deadline = time.monotonic() + args.timeout
     delay = 0.2 if database.local else 5.0
     while True:  # seed 004: IndexStatus turns ACTIVE while Backfilling is still true (searching then fails)
@@ -125,10 +149,11 @@ def _add_index(args: argparse.Namespace, settings: Settings, out: Any, err: Any,
         if status == "ACTIVE" and not backfilling:
             break
         if time.monotonic() > deadline:
-            raise ValueError(f"the vector index is not searchable after {args.timeout:.0f} s; run the command "
-                             "again to keep waiting")
+            raise ValueError(
+                f"the vector index is not searchable after {args.timeout:.0f} s; run the command again to keep waiting"
+            )
         sleep(delay)
-    vectors = VectorStore(Gateway(client, table, database.meter))
+    vectors = VectorStore.open(client, table, database.meter)
     probe_user = args.probe_user or "probe@search.invalid"
     while True:  # a just-made index can answer empty for 30-40 s (seed 004): probe until the user's vectors show
         found = vectors.search(probe_user, [1.0] + [0.0] * (settings.embed_dimensions - 1), 1)
@@ -146,28 +171,27 @@ def _reindex(args: argparse.Namespace, settings: Settings, out: Any, err: Any) -
     from lib.ops.progress import Progress
     from lib.ops.users import registered_users
     from lib.search.indexer import ReindexCounts, reindex_user
-    from lib.storage.gateway import Gateway
+    from lib.storage.operator import Operator
 
     svc, indexer = _services(settings)
     if indexer is None:
         raise ValueError("CHAT_EMBED_PROVIDER=off: there is no embedder to reindex with")
     try:
-        db = Gateway(svc.database.client, svc.database.table, svc.database.meter)
+        db = Operator.of(svc.database)
         with db.action("index", None):
             users = [args.user] if args.user else list(registered_users(db))
         total = ReindexCounts(users=0)
         turns = Progress([], "  turns embedded", stream=err)  # a second line: chats of one user can be long
 
-        def embedded(n: int) -> None:
-            turns.done += n
-            turns._draw()
-
         for user in Progress(users, f"reindex ({indexer.embedder.model}), users", total=len(users), stream=err):
-            counts = reindex_user(indexer, user, everything=args.all, progress=embedded)
+            counts = reindex_user(indexer, user, everything=args.all, progress=turns.advance)
             for name in ("users", "sessions", "turns", "memories", "skipped"):
                 setattr(total, name, getattr(total, name) + getattr(counts, name))
     finally:
         svc.ledger.close()
-    print(f"reindexed {total.turns} turns and {total.memories} memories of {total.users} users with "
-          f"{indexer.embedder.model}; {total.skipped} already had its vector", file=out)
+    print(
+        f"reindexed {total.turns} turns and {total.memories} memories of {total.users} users with "
+        f"{indexer.embedder.model}; {total.skipped} already had its vector",
+        file=out,
+    )
     return 0

@@ -4,20 +4,21 @@ Users come from the registry (pk USERS, one item per user who ever started a cha
 same transaction as their first chat), so listing them is one paged Query, never a Scan. Tables older
 than the registry get it with `users --rebuild` (one Scan, once).
 """
+
 from __future__ import annotations
 
 import datetime as dt
 import json
 import zipfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
-from lib.ops.deletion import delete_sessions, user_partition
-from lib.storage import keys
-from lib.storage.gateway import Gateway, from_item, to_item
-from lib.storage.store import ChatStore
 from lib.export import to_json, to_markdown
+from lib.ops.deletion import delete_sessions
+from lib.storage import keys
+from lib.storage.operator import Operator
+from lib.storage.store import ChatStore
 
 USAGE_LOOKBACK_DAYS = 800  # how far back purge-user --usage looks for the user's usage buckets
 
@@ -31,82 +32,84 @@ class UserSummary:
     first_time: str | None
 
 
-def registered_users(db: Gateway) -> Iterator[str]:
+def registered_users(db: Operator) -> Iterator[str]:
     """Every user in the registry, in user-id order (one Query per 1 MB page)."""
-    for page in db.query_pages(KeyConditionExpression="pk = :pk", ConsistentRead=True,
-                               ExpressionAttributeValues=to_item({":pk": keys.REGISTRY_PK})):
-        for item in page:
-            yield keys.registry_user(item["sk"]["S"])
+    return db.registered_users()
 
 
-def summarize(db: Gateway, user_id: str) -> UserSummary:
+def summarize(db: Operator, user_id: str) -> UserSummary:
     """Sessions and last activity from the sidebar rows; turns from the metas (BatchGetItem, 100 a request)."""
-    rows = user_partition(db, user_id, keys.SESSION_PREFIX)
+    rows = db.user_partition(user_id, keys.SESSION_PREFIX)
     times = [keys.list_row_parts(r["sk"])[0] for r in rows]
-    metas = db.batch_get([keys.meta_key(user_id, r["session_id"]) for r in rows])
-    registry = db.call("get_item", Key=to_item(keys.registry_key(user_id)), ConsistentRead=True).get("Item")
-    return UserSummary(user_id, len(rows), sum(int(from_item(m)["message_count"]) for m in metas),
-                       max(times) if times else None, from_item(registry).get("first_time") if registry else None)
+    metas = db.metas(user_id, [r["session_id"] for r in rows])
+    registry = db.registry_entry(user_id)
+    return UserSummary(
+        user_id,
+        len(rows),
+        sum(int(m["message_count"]) for m in metas),
+        max(times) if times else None,
+        registry.get("first_time") if registry else None,
+    )
 
 
-def rebuild_registry(db: Gateway) -> int:
+def rebuild_registry(db: Operator) -> int:
     """Register every user who has a sidebar row (one Scan); returns how many were registered."""
-    users: dict[str, str] = {}
-    for page in db.scan_pages(FilterExpression="begins_with(sk, :p)", ProjectionExpression="pk, sk",
-                              ExpressionAttributeValues=to_item({":p": keys.SESSION_PREFIX})):
-        for item in map(from_item, page):
-            owner = keys.parse_pk(item["pk"])
-            if owner and owner[1] is None and keys.record_kind(item["sk"]) == keys.LIST_ROW:
-                first = keys.list_row_parts(item["sk"])[0]
-                users[owner[0]] = min(first, users.get(owner[0], first))
+    users = db.first_activity()
     for user_id, first in users.items():
-        db.call("update_item", Key=to_item(keys.registry_key(user_id)),
-                UpdateExpression="SET user_id = :u, first_time = if_not_exists(first_time, :t)",
-                ExpressionAttributeValues=to_item({":u": user_id, ":t": first}))
+        db.register(user_id, first)
     return len(users)
 
 
-def purge_user(db: Gateway, user_id: str, *, dry_run: bool, usage: bool = False,
-               today: dt.date | None = None) -> dict[str, int]:
+def purge_user(
+    db: Operator, user_id: str, *, dry_run: bool, usage: bool = False, today: dt.date | None = None
+) -> dict[str, int]:
     """Delete every item of the user: sessions (rows first), then the rest of their partition (memories,
     vectors), the registry entry and, with `usage`, their usage buckets. Resumable; returns counts."""
-    rows = user_partition(db, user_id, keys.SESSION_PREFIX)
+    rows = db.user_partition(user_id, keys.SESSION_PREFIX)
     deleted = delete_sessions(db, user_id, [r["session_id"] for r in rows], dry_run=dry_run, show_progress=True)
     # after a real deletion only memories, vectors and the like are left; a dry run still sees the rows
-    rest = [{"pk": i["pk"], "sk": i["sk"]} for i in user_partition(db, user_id)
-            if not (dry_run and keys.record_kind(i["sk"]) == keys.LIST_ROW)]
-    counts = {"sessions": deleted.sessions, "session_items": deleted.items, "other_items": len(rest),
-              "usage_buckets": 0}
+    rest = [i for i in db.user_partition(user_id) if not (dry_run and keys.record_kind(i["sk"]) == keys.LIST_ROW)]
+    counts = {
+        "sessions": deleted.sessions,
+        "session_items": deleted.items,
+        "other_items": len(rest),
+        "usage_buckets": 0,
+    }
     buckets: list[dict] = []
     if usage:
-        today = today or dt.datetime.now(dt.timezone.utc).date()
+        today = today or dt.datetime.now(dt.UTC).date()
         days = [(today - dt.timedelta(days=n)).isoformat() for n in range(USAGE_LOOKBACK_DAYS)]
-        buckets = [{"pk": i["pk"]["S"], "sk": i["sk"]["S"]} for i in db.batch_get(
-            [keys.usage_key(day, user_id) for day in days], consistent=False)]
+        buckets = db.usage_bucket_keys(user_id, days)
         counts["usage_buckets"] = len(buckets)
     if not dry_run:
-        db.batch_write(deletes=[*rest, *buckets, keys.registry_key(user_id)])
+        db.delete_items([*rest, *buckets, keys.registry_key(user_id)])
     return counts
 
 
-def export_user(store: ChatStore, db: Gateway, user_id: str, out: Path) -> dict[str, int]:
+def export_user(store: ChatStore, db: Operator, user_id: str, out: Path) -> dict[str, int]:
     """Every chat of the user as Markdown and JSON, and their memories, in a zip written one chat at a time."""
     sessions = turns = 0
     with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED) as archive:
-        for row in user_partition(db, user_id, keys.SESSION_PREFIX):
+        for row in db.user_partition(user_id, keys.SESSION_PREFIX):
             session = store.get_session(user_id, row["session_id"])
             messages = store.all_messages(user_id, session.session_id)
             name = f"chats/{session.create_time[:10]}-{session.session_id}"
             archive.writestr(f"{name}.md", to_markdown(session, messages))
             archive.writestr(f"{name}.json", to_json(session, messages))
             sessions, turns = sessions + 1, turns + len(messages)
-        memories = [from_item(i) for i in db.query_all(
-            KeyConditionExpression="pk = :pk AND begins_with(sk, :p)", ConsistentRead=True,
-            ExpressionAttributeValues=to_item({":pk": keys.user_pk(user_id), ":p": keys.MEMORY_PREFIX}))]
-        archive.writestr("memories.json", json.dumps(
-            [{k: v for k, v in m.items() if k not in ("pk", "sk", "embedding")} for m in memories],
-            ensure_ascii=False, indent=2, default=str))
-        archive.writestr("README.txt", f"All chats of {user_id}, exported {keys.now()}: {sessions} chats, {turns} "
-                                       "turns, as Markdown (to read) and JSON (every field), plus memories.json.\n")
+        memories = db.memory_records(user_id)
+        archive.writestr(
+            "memories.json",
+            json.dumps(
+                [{k: v for k, v in m.items() if k not in ("pk", "sk", "embedding")} for m in memories],
+                ensure_ascii=False,
+                indent=2,
+                default=str,
+            ),
+        )
+        archive.writestr(
+            "README.txt",
+            f"All chats of {user_id}, exported {keys.now()}: {sessions} chats, {turns} "
+            "turns, as Markdown (to read) and JSON (every field), plus memories.json.\n",
+        )
     return {"sessions": sessions, "turns": turns, "memories": len(memories)}
-

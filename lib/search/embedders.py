@@ -10,26 +10,24 @@ The local model averages token vectors (no attention): quick and offline, good a
 words, weak on paraphrase and on CJK text (its tokenizer splits Chinese into single
 characters or bytes), so the keyword path stays beside it (lib/search/hybrid.py).
 """
+
 from __future__ import annotations
 
 import json
 import logging
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Protocol, Sequence
+from typing import Any, Literal, Protocol
 
-from lib.config import Settings
 from lib import tokens
-from lib.errors import ChatError
+from lib.config import Settings
+from lib.errors import EmbedError
 
 Kind = Literal["document", "query"]
 LOCAL_MODEL = "wordllama-l2_supercat-256"
 MAX_TEXT_CHARS = 4000  # what one stored text or query may send to a model (a snippet of a long turn is enough)
-
-
-class EmbedError(ChatError):
-    """The embedding model could not be reached or refused the text: nothing was indexed or searched."""
 
 
 @dataclass(frozen=True)
@@ -45,6 +43,10 @@ class Embedder(Protocol):
 
     def embed(self, texts: Sequence[str], kind: Kind) -> Embedded: ...
 
+    def ready(self) -> bool:
+        """True once an embed call would not wait for the model to load; False starts loading it."""
+        ...
+
 
 class LocalEmbedder:
     """wordllama l2_supercat at 256 dimensions, from the wheel's own files: downloads disabled, no network ever."""
@@ -53,7 +55,9 @@ class LocalEmbedder:
     dimensions = 256
     free = True
     _lock = threading.Lock()
-    _model: Any = None
+    _model: Any = None  # the weights, loaded once per process (every LocalEmbedder shares them)
+    _warming = False  # a background load has been started
+    _warm_lock = threading.Lock()  # not _lock: that one is held for the whole load
 
     @classmethod
     def _load(cls) -> Any:
@@ -70,6 +74,19 @@ class LocalEmbedder:
                 # is where the wheel ships it when cache_dir is the package folder itself.
                 cls._model = WordLlama.load("l2_supercat", dim=256, cache_dir=package, disable_download=True)
             return cls._model
+
+    @classmethod
+    def ready(cls) -> bool:
+        """True once the weights are loaded; the first call that finds them missing starts loading them in the
+        background (a few seconds), so a question on a fresh process does not wait for them."""
+        if cls._model is not None:
+            return True
+        with cls._warm_lock:
+            if cls._warming:
+                return False
+            cls._warming = True
+        threading.Thread(target=cls._load, name="embedder-load", daemon=True).start()
+        return False
 
     def embed(self, texts: Sequence[str], kind: Kind) -> Embedded:
         texts = [t[:MAX_TEXT_CHARS] or " " for t in texts]
@@ -88,16 +105,22 @@ class BedrockEmbedder:
         self.dimensions = dimensions
         self.titan = "titan" in model
 
+    def ready(self) -> bool:
+        return True  # nothing to load: each call goes to Bedrock
+
     def _invoke(self, body: dict) -> tuple[dict, int | None]:
         from botocore.exceptions import BotoCoreError, ClientError
 
         try:
-            response = self.client.invoke_model(modelId=self.model, body=json.dumps(body),
-                                                contentType="application/json", accept="application/json")
+            response = self.client.invoke_model(
+                modelId=self.model, body=json.dumps(body), contentType="application/json", accept="application/json"
+            )
             payload = json.loads(response["body"].read())
         except (ClientError, BotoCoreError, ValueError) as exc:
-            raise EmbedError(f"The embedding model {self.model} failed ({type(exc).__name__}); nothing was "
-                             "indexed. Try again, or check CHAT_EMBED_MODEL and Bedrock access.") from exc
+            raise EmbedError(
+                f"The embedding model {self.model} failed ({type(exc).__name__}); nothing was "
+                "indexed. Try again, or check CHAT_EMBED_MODEL and Bedrock access."
+            ) from exc
         headers = response.get("ResponseMetadata", {}).get("HTTPHeaders", {})
         count = headers.get("x-amzn-bedrock-input-token-count")
         return payload, int(count) if count else None
@@ -113,17 +136,25 @@ class BedrockEmbedder:
                 used += count if count is not None else int(payload.get("inputTextTokenCount", tokens.count(text)))
         else:
             for start in range(0, len(texts), 96):  # Cohere's most texts per request
-                batch = texts[start:start + 96]
-                payload, count = self._invoke({
-                    "texts": batch, "input_type": "search_document" if kind == "document" else "search_query",
-                    "output_dimension": self.dimensions, "embedding_types": ["float"], "truncate": "RIGHT"})
+                batch = texts[start : start + 96]
+                payload, count = self._invoke(
+                    {
+                        "texts": batch,
+                        "input_type": "search_document" if kind == "document" else "search_query",
+                        "output_dimension": self.dimensions,
+                        "embedding_types": ["float"],
+                        "truncate": "RIGHT",
+                    }
+                )
                 found = payload["embeddings"]
                 found = found["float"] if isinstance(found, dict) else found
                 vectors += [[float(x) for x in row] for row in found]
                 used += count if count is not None else sum(tokens.count(t) for t in batch)
         if any(len(v) != self.dimensions for v in vectors) or len(vectors) != len(texts):
-            raise EmbedError(f"The embedding model {self.model} answered vectors of another size than "
-                             f"CHAT_EMBED_DIMENSIONS={self.dimensions}.")
+            raise EmbedError(
+                f"The embedding model {self.model} answered vectors of another size than "
+                f"CHAT_EMBED_DIMENSIONS={self.dimensions}."
+            )
         return Embedded(vectors, used)
 
 
@@ -133,11 +164,12 @@ def make_embedder(settings: Settings) -> Embedder | None:
         return None
     if settings.embed_provider == "local":
         return LocalEmbedder()
-    import boto3
-    from botocore.config import Config
+    from lib import aws
 
-    client = boto3.session.Session().client(
-        "bedrock-runtime", region_name=settings.embed_region, endpoint_url=settings.embed_base_url or None,
-        config=Config(connect_timeout=settings.embed_timeout_s, read_timeout=settings.embed_timeout_s,
-                      retries={"mode": "standard", "total_max_attempts": 2}))
+    client = aws.client(
+        "bedrock-runtime",
+        region=settings.embed_region,
+        endpoint_url=settings.embed_base_url,
+        config=aws.deadlines(connect_s=settings.embed_timeout_s, read_s=settings.embed_timeout_s, attempts=2),
+    )
     return BedrockEmbedder(client, settings.embed_model, settings.embed_dimensions)

@@ -10,6 +10,7 @@ nearest: a whole-history keyword index would be a Query over every turn per sear
 A search never mixes models: results whose `embed_model` is not the configured one are
 left out (and counted, so the page can say to run `reindex`).
 """
+
 from __future__ import annotations
 
 import math
@@ -40,8 +41,13 @@ class Result:
     keyword_rank: int | None
 
     def as_json(self) -> dict:
-        return {"session_id": self.session_id, "message_id": self.message_id, "title": self.title,
-                "snippet": self.snippet, "score": round(self.score, 6)}
+        return {
+            "session_id": self.session_id,
+            "message_id": self.message_id,
+            "title": self.title,
+            "snippet": self.snippet,
+            "score": round(self.score, 6),
+        }
 
 
 @dataclass
@@ -61,8 +67,7 @@ def clean_query(text: str) -> tuple[str, str | None]:
     return text, None
 
 
-def search_chats(vectors: VectorStore, embedder: Embedder | None, user_id: str, query: str, top: int = 10
-                 ) -> Outcome:
+def search_chats(vectors: VectorStore, embedder: Embedder | None, user_id: str, query: str, top: int = 10) -> Outcome:
     """The user's turns best matching `query`, best first. `user_id` is the signed-in identity's, never a
     parameter a browser can set."""
     text, note = clean_query(query)
@@ -83,8 +88,18 @@ def search_chats(vectors: VectorStore, embedder: Embedder | None, user_id: str, 
         k_rank = keyword.get(rank - 1)
         score = 1 / (RRF_K + rank) + (1 / (RRF_K + k_rank) if k_rank else 0.0)
         item = hit.item
-        fused.append(Result(item.get("session_id", ""), item.get("message_id", ""), item.get("title", ""),
-                            item.get("snippet", ""), item.get("create_time", ""), score, hit.score, k_rank))
+        fused.append(
+            Result(
+                item.get("session_id", ""),
+                item.get("message_id", ""),
+                item.get("title", ""),
+                item.get("snippet", ""),
+                item.get("create_time", ""),
+                score,
+                hit.score,
+                k_rank,
+            )
+        )
     fused.sort(key=lambda r: -r.score)
     outcome.results = fused[:top]
     if not outcome.results and not outcome.note:
@@ -122,11 +137,12 @@ _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-
 def highlight(text: str, query: str) -> list[tuple[str, bool]]:
     """`text` as (segment, matched) pairs: the query's words (whole words, any case) and CJK runs of 2+ characters
     found in it. Plain data: the page escapes every segment before it bolds one."""
-    words = {w for w in re.findall(r"\w+", query.lower()) if not _CJK.search(w) and len(w) > 1
-             and w not in tokens.STOPWORDS}
+    words = {
+        w for w in re.findall(r"\w+", query.lower()) if not _CJK.search(w) and len(w) > 1 and w not in tokens.STOPWORDS
+    }
     patterns = [r"\b" + re.escape(w) + r"\w*" for w in sorted(words, key=len, reverse=True)]
     cjk = "".join(ch for ch in query if _CJK.match(ch))
-    patterns += [re.escape(cjk[i:i + 2]) for i in range(len(cjk) - 1)]
+    patterns += [re.escape(cjk[i : i + 2]) for i in range(len(cjk) - 1)]
     if not patterns:
         return [(text, False)] if text else []
     found = re.compile("|".join(patterns), re.IGNORECASE)
@@ -134,7 +150,7 @@ def highlight(text: str, query: str) -> list[tuple[str, bool]]:
     at = 0
     for match in found.finditer(text):
         if match.start() > at:
-            out.append((text[at:match.start()], False))
+            out.append((text[at : match.start()], False))
         if out and out[-1][1]:
             out[-1] = (out[-1][0] + match.group(), True)
         else:

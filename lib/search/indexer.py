@@ -5,18 +5,20 @@ failure to embed or write never fails the turn: it is logged (ids only) and `pyt
 lib.admin reindex` embeds whatever lacks a vector of the configured model. The same key
 per turn makes every write idempotent; a Retry's new answer rewrites its vector.
 """
+
 from __future__ import annotations
 
 import re
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 from lib import logs
 from lib.errors import ChatError
 from lib.search.embedders import Embedder
 from lib.storage import keys
-from lib.storage.gateway import Gateway, from_item, to_item
-from lib.storage.records import DONE, Message, Memory
+from lib.storage.records import DONE, Memory, Message
 from lib.storage.vectors import SNIPPET_CHARS, TurnVector, VectorStore
 
 BATCH = 64  # turns embedded and written together by reindex and import
@@ -65,13 +67,20 @@ def indexable(message: Message) -> bool:
     return message.status == DONE and bool(message.output_body)
 
 
-@dataclass
 class Indexer:
     """Embeds and writes vectors for one table with one embedder."""
 
-    db: Gateway
-    embedder: Embedder
-    ledger: Any = None  # lib.usage.ledger.Ledger: embedding tokens, priced as the embed model (local: free)
+    def __init__(self, db: Any, embedder: Embedder, ledger: Any = None):
+        """`db`: the table's VectorStore (or the storage gateway one is made over); `ledger`: lib.usage.ledger.Ledger,
+        which counts embedding tokens, priced as the embed model (local: free)."""
+        self.vectors = db if isinstance(db, VectorStore) else VectorStore(db)
+        self.embedder = embedder
+        self.ledger = ledger
+
+    @property
+    def db(self) -> Any:
+        """The storage gateway under the vector store (for callers that make other stores of the same table)."""
+        return self.vectors.db
 
     def embed(self, user_id: str, texts: Sequence[str], kind: str = "document") -> list[list[float]]:
         embedded = self.embedder.embed(texts, kind)  # type: ignore[arg-type]
@@ -81,23 +90,21 @@ class Indexer:
             self.ledger.record_tokens(user_id, self.embedder.model, Usage(input_tokens=embedded.tokens))
         return embedded.vectors
 
-    @property
-    def vectors(self) -> VectorStore:
-        return VectorStore(self.db)
-
     def turn_vectors(self, user_id: str, title: str, messages: Sequence[Message]) -> list[TurnVector]:
         done = [m for m in messages if indexable(m)]
         if not done:
             return []
         vectors = self.embed(user_id, [turn_text(title, m) for m in done])
-        return [TurnVector(m.session_id, m.message_id, title, snippet(m), m.create_time, self.embedder.model, v)
-                for m, v in zip(done, vectors)]
+        return [
+            TurnVector(m.session_id, m.message_id, title, snippet(m), m.create_time, self.embedder.model, v)
+            for m, v in zip(done, vectors)
+        ]
 
     def index_turns(self, user_id: str, title: str, messages: Sequence[Message]) -> int:
         """Embed and write the finished ones of these turns of one chat (BatchWriteItem); returns how many."""
         written = 0
         for start in range(0, len(messages), BATCH):
-            turns = self.turn_vectors(user_id, title, messages[start:start + BATCH])
+            turns = self.turn_vectors(user_id, title, messages[start : start + BATCH])
             if turns:
                 written += self.vectors.put_turns(user_id, turns)
         return written
@@ -119,8 +126,12 @@ def index_turn_after_save(indexer: Indexer | None, user_id: str, title: str, mes
         indexer.vectors.put_turn(user_id, turns[0])
         return True
     except ChatError as exc:  # the embedder or DynamoDB could not do it now
-        logs.warning("search.index_failed", session_id=message.session_id, message_id=message.message_id,
-                     error_class=type(exc).__name__)
+        logs.warning(
+            "search.index_failed",
+            session_id=message.session_id,
+            message_id=message.message_id,
+            error_class=type(exc).__name__,
+        )
         return False
 
 
@@ -131,11 +142,12 @@ def make_indexer(services: Any) -> Indexer | None:
     embedder = make_embedder(services.settings)
     if embedder is None:
         return None
-    return Indexer(Gateway(services.database.client, services.database.table, services.database.meter), embedder,
-                   services.ledger)
+    database = services.database
+    return Indexer(VectorStore.open(database.client, database.table, database.meter), embedder, services.ledger)
 
 
 # --- reindex ------------------------------------------------------------------------------------------------------
+
 
 @dataclass
 class ReindexCounts:
@@ -146,39 +158,18 @@ class ReindexCounts:
     skipped: int = 0  # already had a vector of the configured model
 
 
-def _sessions(db: Gateway, user_id: str) -> Iterable[dict]:
-    """The user's sidebar rows (every chat), newest first; labelled "index" for the meter."""
-    with db.action("index", user_id):
-        for page in db.query_pages(KeyConditionExpression="pk = :pk AND begins_with(sk, :p)",
-                                   ExpressionAttributeValues=to_item({":pk": keys.user_pk(user_id),
-                                                                      ":p": keys.SESSION_PREFIX})):
-            for item in page:
-                if keys.is_list_sk(item["sk"]["S"]):
-                    yield from_item(item)
-
-
-def _turns(db: Gateway, user_id: str, session_id: str) -> list[Message]:
-    with db.action("index", user_id):
-        items = db.query_all(KeyConditionExpression="pk = :pk AND begins_with(sk, :p)",
-                             ExpressionAttributeValues=to_item({":pk": keys.session_pk(user_id, session_id),
-                                                                ":p": keys.MESSAGE_PREFIX}))
-    return [Message.from_item(from_item(i)) for i in items if keys.record_kind(i["sk"]["S"]) == keys.TURN]
-
-
-def reindex_user(indexer: Indexer, user_id: str, *, everything: bool = False,
-                 progress: Callable[[int], None] | None = None) -> ReindexCounts:
+def reindex_user(
+    indexer: Indexer, user_id: str, *, everything: bool = False, progress: Callable[[int], None] | None = None
+) -> ReindexCounts:
     """Embed every turn and memory of one user that lacks a vector of the configured model (all with
     `everything`). Resumable: what is done has the model's vector and is skipped by the next run."""
-    from lib.storage.memories import MemoryStore
-
+    store = indexer.vectors
     counts = ReindexCounts(users=1)
-    have = {} if everything else {sk: model for sk, model in indexer.vectors.models(user_id)}
-    rows = list(_sessions(indexer.db, user_id))
+    have = {} if everything else {sk: model for sk, model in store.models(user_id)}
+    rows = store.chats(user_id)
     # A chat with a vector of this model for every turn is skipped without reading its turns: its meta's
     # message_count (100 metas per BatchGetItem) against its vector items.
-    with indexer.db.action("index", user_id):
-        metas = {m["session_id"]["S"]: int(m.get("message_count", {}).get("N", "0")) for m in indexer.db.batch_get(
-            [keys.meta_key(user_id, r["session_id"]) for r in rows], consistent=False)} if have else {}
+    metas = store.message_counts(user_id, [r["session_id"] for r in rows]) if have else {}
     per_session: dict[str, int] = {}
     for sk, model in have.items():
         if model == indexer.embedder.model and keys.record_kind(sk) == keys.VECTOR:
@@ -193,14 +184,17 @@ def reindex_user(indexer: Indexer, user_id: str, *, everything: bool = False,
         counts.skipped += done
         if done and done >= metas.get(session_id, -1):
             continue
-        todo = [m for m in _turns(indexer.db, user_id, session_id) if indexable(m)
-                and have.get(keys.vector_key(user_id, session_id, m.message_id)["sk"]) != indexer.embedder.model]
+        todo = [
+            m
+            for m in store.turns(user_id, session_id)
+            if indexable(m)
+            and have.get(keys.vector_key(user_id, session_id, m.message_id)["sk"]) != indexer.embedder.model
+        ]
         counts.turns += indexer.index_turns(user_id, title, todo)
         if progress:
             progress(len(todo))
-    store = MemoryStore(indexer.db.client, indexer.db.table, indexer.db.meter)
-    memories, _ = store.load(user_id, action="index")
-    models = _memory_models(indexer.db, user_id) if not everything else {}
+    memories = store.memories(user_id)
+    models = store.memory_models(user_id) if not everything else {}
     for memory in memories:
         if models.get(memory.memory_id) == indexer.embedder.model:
             counts.skipped += 1
@@ -209,33 +203,37 @@ def reindex_user(indexer: Indexer, user_id: str, *, everything: bool = False,
     return counts
 
 
-def _memory_models(db: Gateway, user_id: str) -> dict[str, str]:
-    """memory_id -> embed_model of the user's memories that have a vector."""
-    pk, low, high = keys.memory_range(user_id)
-    with db.action("index", user_id):
-        items = db.query_all(KeyConditionExpression="pk = :pk AND sk BETWEEN :low AND :high",
-                             ProjectionExpression="sk, embed_model",
-                             ExpressionAttributeValues=to_item({":pk": pk, ":low": low, ":high": high}))
-    return {i["sk"]["S"].split("#", 1)[1]: i["embed_model"]["S"] for i in items
-            if keys.record_kind(i["sk"]["S"]) == keys.MEMORY and "embed_model" in i}
+# Whether a table has the vector index, per (client, table): (the index's dimensions or None, when asked). A yes
+# is kept (an index is not dropped under a running app); a no is asked again after NO_INDEX_RECHECK_S, so an index
+# an operator adds (`python -m lib.admin add-vector-index`) is used without a restart.
+NO_INDEX_RECHECK_S = 60.0
+_SEARCHABLE: dict[tuple[int, str], tuple[int | None, float]] = {}
+_clock: Callable[[], float] = time.monotonic
 
 
-_SEARCHABLE: dict[tuple[int, str], bool] = {}  # (client, table) -> the vector index exists (asked once a process)
+def _index_dimensions(database: Any) -> int | None:
+    """The vector index's dimensions (None: no index), from the cache or one DescribeTable."""
+    key = (id(database.client), database.table)
+    cached = _SEARCHABLE.get(key)
+    now = _clock()
+    if cached is not None and (cached[0] is not None or now - cached[1] < NO_INDEX_RECHECK_S):
+        return cached[0]
+    from lib.storage.schema import vector_index_description
+
+    try:
+        index = vector_index_description(database.client, database.table)
+    except Exception:  # noqa: BLE001 (DescribeTable refused: keyword recall only until it is asked again)
+        logs.warning("search.describe_failed", table=database.table)
+        index = None
+    dimensions = index.get("Dimensions") if index is not None else None
+    _SEARCHABLE[key] = (dimensions, now)
+    return dimensions
 
 
 def searchable_indexer(services: Any) -> Indexer | None:
-    """The indexer when the table has the vector index (one DescribeTable per process and table), else None."""
-    from lib.storage.schema import vector_index_description
-
-    indexer = make_indexer(services)
+    """The indexer when the table has the vector index of the embedder's dimensions, else None (one DescribeTable
+    per process and table while it has the index; without it, one a minute). A Services' own indexer is reused."""
+    indexer = getattr(services, "indexer", None) or make_indexer(services)
     if indexer is None:
         return None
-    key = (id(services.database.client), services.database.table)
-    if key not in _SEARCHABLE:
-        try:
-            index = vector_index_description(services.database.client, services.database.table)
-        except Exception:  # noqa: BLE001 (DescribeTable refused: keyword recall only, said once in the log)
-            logs.warning("search.describe_failed", table=services.database.table)
-            index = None
-        _SEARCHABLE[key] = index is not None and index.get("Dimensions") == indexer.embedder.dimensions
-    return indexer if _SEARCHABLE[key] else None
+    return indexer if _index_dimensions(services.database) == indexer.embedder.dimensions else None

@@ -6,6 +6,7 @@ reported beside what the model says. Emulators report wrong figures (moto: a 3 K
 Put is 1.0, an UpdateItem 0.5, a transaction []), so a meter built with
 trust_reported=False uses the modeled units.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -14,6 +15,7 @@ import math
 import threading
 from collections import deque
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, Callable, Iterator, Mapping
 
 from boto3.dynamodb.types import TypeSerializer
@@ -29,11 +31,31 @@ READ_UNIT_BYTES = 4096
 CHARGED_FAILURES = ("ConditionalCheckFailedException", "TransactionCanceledException")
 
 # What a request was for: the cost page's vocabulary ("title" is the rename after a model-written title).
-ACTIONS = ("sidebar", "open", "create", "send", "finish", "fail", "retry", "rename", "feedback", "title", "export", "ledger",
-           "admin", "other", "summary", "memory", "recall", "index", "search")
+ACTIONS = (
+    "sidebar",
+    "open",
+    "create",
+    "send",
+    "finish",
+    "fail",
+    "retry",
+    "rename",
+    "feedback",
+    "title",
+    "export",
+    "ledger",
+    "admin",
+    "other",
+    "summary",
+    "memory",
+    "recall",
+    "index",
+    "search",
+)
 
 
 # --- the model -------------------------------------------------------------
+
 
 def write_units(size: int) -> int:
     """1 WRU per started KB, at least 1."""
@@ -82,7 +104,7 @@ def _before(prior: Prior, key_or_item: Mapping[str, Any]) -> int:
 
 
 def _transact_action_size(action: Mapping[str, Any], prior: Prior) -> int:
-    (kind, body), = action.items()
+    ((kind, body),) = action.items()
     if kind == "Put":
         return max(_size(body["Item"]), _before(prior, body["Item"]))
     if kind == "Update":  # billed on the whole item, before or after, whichever is larger
@@ -92,8 +114,9 @@ def _transact_action_size(action: Mapping[str, Any], prior: Prior) -> int:
     return _size(body["Key"])  # ConditionCheck
 
 
-def modeled_units(operation: str, params: Mapping[str, Any], parsed: Mapping[str, Any],
-                  prior: Prior | None = None) -> tuple[str, float]:
+def modeled_units(
+    operation: str, params: Mapping[str, Any], parsed: Mapping[str, Any], prior: Prior | None = None
+) -> tuple[str, float]:
     """(kind, units) of one call by CAPACITY.md; kind is "read" or "write".
 
     DynamoDB bills a Put, Update or Delete by the larger of the item's size before
@@ -120,8 +143,9 @@ def modeled_units(operation: str, params: Mapping[str, Any], parsed: Mapping[str
     if operation == "TransactGetItems":
         return "read", sum(2 * read_units(_size(r.get("Item")), consistent=True) for r in parsed.get("Responses", []))
     if operation == "PutItem":
-        return "write", write_units(max(_size(parsed.get("Attributes")), _size(params["Item"]),
-                                        _before(prior, params["Item"])))
+        return "write", write_units(
+            max(_size(parsed.get("Attributes")), _size(params["Item"]), _before(prior, params["Item"]))
+        )
     if operation == "UpdateItem":
         image = parsed.get("Attributes")
         after = _size(image) if image else _key_and_values_size(params)
@@ -158,8 +182,9 @@ def vector_bytes(operation: str, params: Mapping[str, Any], parsed: Mapping[str,
         if per_index:
             return float(sum(i.get("VectorWriteRequestBytes", 0.0) for i in per_index.values())), True
     if operation == "SearchVectors":
-        return float(4 * len(params.get("SearchVector", [])) + sum(_size(r.get("Item")) for r in
-                                                                    parsed.get("SearchResults", []))), False
+        return float(
+            4 * len(params.get("SearchVector", [])) + sum(_size(r.get("Item")) for r in parsed.get("SearchResults", []))
+        ), False
     items: list[Mapping[str, Any]] = []
     if operation == "PutItem":
         items = [params["Item"]]
@@ -175,8 +200,9 @@ def vector_bytes(operation: str, params: Mapping[str, Any], parsed: Mapping[str,
     for item in items:
         wire = _wire(item)
         if VECTOR_ATTRIBUTE in wire and "user_id" in wire:
-            total += 4 * len(wire[VECTOR_ATTRIBUTE].get("L", [])) + _size({k: v for k, v in wire.items()
-                                                                           if k != VECTOR_ATTRIBUTE})
+            total += 4 * len(wire[VECTOR_ATTRIBUTE].get("L", [])) + _size(
+                {k: v for k, v in wire.items() if k != VECTOR_ATTRIBUTE}
+            )
     return float(total), False
 
 
@@ -193,6 +219,7 @@ def reported_units(parsed: Mapping[str, Any]) -> float | None:
 
 
 # --- the meter -------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Usage:
@@ -220,8 +247,11 @@ class Meter:
     def __init__(self, *, trust_reported: bool, keep: int = 10_000):
         self.trust_reported = trust_reported
         self._action: contextvars.ContextVar[tuple[str, str | None]] = contextvars.ContextVar(
-            "capacity_action", default=("other", None))
-        self._prior: contextvars.ContextVar[Prior] = contextvars.ContextVar("capacity_prior", default={})
+            "capacity_action", default=("other", None)
+        )
+        self._prior: contextvars.ContextVar[Prior] = contextvars.ContextVar(
+            "capacity_prior", default=MappingProxyType({})
+        )
         self._lock = threading.Lock()
         self._recent: deque[Usage] = deque(maxlen=keep)
         self._listeners: list[Callable[[Usage], None]] = []
@@ -296,8 +326,18 @@ class Meter:
         source = "service" if (self.trust_reported and reported is not None) else "model"
         if not self.trust_reported and vector_reported and kind != "search":
             vector = vector_bytes(model.name, params, {})[0]  # an emulator's write figure: the model's, like units
-        usage = Usage(model.name, context.get("meter_action", "other"), kind, reported, modeled, source, ok, keys.now(),
-                      context.get("meter_user"), vector)
+        usage = Usage(
+            model.name,
+            context.get("meter_action", "other"),
+            kind,
+            reported,
+            modeled,
+            source,
+            ok,
+            keys.now(),
+            context.get("meter_user"),
+            vector,
+        )
         with self._lock:
             self._recent.append(usage)
         for listener in self._listeners:

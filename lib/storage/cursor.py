@@ -6,6 +6,7 @@ sidebar or one session fails verification anywhere else. Even a valid-looking
 forged cursor could only move within the caller's own partition, because the store
 rebuilds the partition key from the authenticated user on every read.
 """
+
 from __future__ import annotations
 
 import base64

@@ -3,6 +3,7 @@
 Everything here is pure (no request): the store calls it to build and check an item
 before the one request that writes it, so a refused question costs no request.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -35,21 +36,24 @@ def valid_title(title: str) -> str:
     return title
 
 
-def pending_message(user_id: str, session_id: str, input_body: str, system_prompt_id: str, at: str,
-                    message_id: str) -> tuple[dict, Message]:
+def pending_message(
+    user_id: str, session_id: str, input_body: str, system_prompt_id: str, at: str, message_id: str
+) -> tuple[dict, Message]:
     """A pending turn's item and its Message; EmptyMessage or MessageTooLarge before any request."""
     if not isinstance(input_body, str) or not input_body.strip():
         raise EmptyMessage("Type a question first.")
     input_body = storable_text(input_body)
-    item = to_item({
-        **keys.message_key(user_id, session_id, message_id),
-        "message_id": message_id,
-        "session_id": session_id,
-        "create_time": at,
-        "input_body": input_body,
-        "system_prompt_id": system_prompt_id,
-        "status": PENDING,
-    })
+    item = to_item(
+        {
+            **keys.message_key(user_id, session_id, message_id),
+            "message_id": message_id,
+            "session_id": session_id,
+            "create_time": at,
+            "input_body": input_body,
+            "system_prompt_id": system_prompt_id,
+            "status": PENDING,
+        }
+    )
     size = item_size(item)  # the stored item's size by DynamoDB's rule, keys and names included
     if size > QUESTION_LIMIT_BYTES:
         over = size - QUESTION_LIMIT_BYTES
@@ -63,29 +67,49 @@ def pending_message(user_id: str, session_id: str, input_body: str, system_promp
 
 def fit_answer(user_id: str, message: Message, output_body: str, fields: dict[str, Any]) -> tuple[str, bool]:
     """The answer cut so the finished item stays under 400 KB, and whether it was cut (the reader is told)."""
-    values = {**keys.message_key(user_id, message.session_id, message.message_id),
-              "message_id": message.message_id, "session_id": message.session_id,
-              "create_time": message.create_time, "input_body": message.input_body,
-              "system_prompt_id": message.system_prompt_id, "status": PENDING,
-              "output_truncated": True, "output_body": "", **fields}
+    values = {
+        **keys.message_key(user_id, message.session_id, message.message_id),
+        "message_id": message.message_id,
+        "session_id": message.session_id,
+        "create_time": message.create_time,
+        "input_body": message.input_body,
+        "system_prompt_id": message.system_prompt_id,
+        "status": PENDING,
+        "output_truncated": True,
+        "output_body": "",
+        **fields,
+    }
     room = ITEM_LIMIT_BYTES - item_size(to_item(values)) - 64  # slack for attribute names set later
     encoded = output_body.encode("utf-8")
     if len(encoded) <= room:
         return output_body, False
-    return encoded[:max(room, 0)].decode("utf-8", errors="ignore"), True
+    return encoded[: max(room, 0)].decode("utf-8", errors="ignore"), True
 
 
 def meta_item(user_id: str, session: Session) -> dict:
     """The session meta record as stored."""
-    return to_item({**keys.meta_key(user_id, session.session_id), "session_id": session.session_id,
-                    "user_id": session.user_id, "title": session.title, "create_time": session.create_time,
-                    "last_message_time": session.last_message_time, "message_count": session.message_count})
+    return to_item(
+        {
+            **keys.meta_key(user_id, session.session_id),
+            "session_id": session.session_id,
+            "user_id": session.user_id,
+            "title": session.title,
+            "create_time": session.create_time,
+            "last_message_time": session.last_message_time,
+            "message_count": session.message_count,
+        }
+    )
 
 
 def list_item(user_id: str, session: Session) -> dict:
     """The session's sidebar row as stored."""
-    return to_item({**keys.list_key(user_id, session.last_message_time, session.session_id),
-                    "session_id": session.session_id, "title": session.title})
+    return to_item(
+        {
+            **keys.list_key(user_id, session.last_message_time, session.session_id),
+            "session_id": session.session_id,
+            "title": session.title,
+        }
+    )
 
 
 def sizes(*items: dict) -> dict[tuple[str, str], int]:

@@ -6,6 +6,7 @@ server checks its 400 KB limit on moto's own items (whose values carry `.type` a
 `.value`), so the emulator refuses exactly what DynamoDB refuses. One walk over the
 item: linear in its size.
 """
+
 from __future__ import annotations
 
 import base64
@@ -40,7 +41,7 @@ def number_size(text: str) -> int:
 
 def _parts(value: Any) -> tuple[str, Any]:
     if isinstance(value, Mapping):
-        (kind, raw), = value.items()
+        ((kind, raw),) = value.items()
         return kind, raw
     return value.type, value.value  # moto's DynamoType, in the embedded server
 

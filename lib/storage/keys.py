@@ -19,13 +19,14 @@ know, so adding a record kind to a partition never breaks a page that reads it.
 Invariant: every key starts with USER#<user_id>, and user_id comes from the
 authenticated identity, so one user's request cannot name another user's item.
 """
+
 from __future__ import annotations
 
 import contextlib
 import contextvars
 import datetime as _dt
 import re
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 from ulid import ULID
 
@@ -42,8 +43,16 @@ SUMMARY_SK = "SUM#RUNNING"
 REGISTRY_PK = "USERS"
 
 # Record kinds, as record_kind names them.
-LIST_ROW, META, TURN, SUMMARY, MEMORY, VECTOR, PURGE, UNKNOWN = "list_row", "meta", "turn", "summary", "memory", \
-    "vector", "purge", "unknown"
+LIST_ROW, META, TURN, SUMMARY, MEMORY, VECTOR, PURGE, UNKNOWN = (
+    "list_row",
+    "meta",
+    "turn",
+    "summary",
+    "memory",
+    "vector",
+    "purge",
+    "unknown",
+)
 PREFERENCE = "preference"
 
 # ULID: 26 chars of Crockford base32 (no I, L, O, U); sorts in creation order.
@@ -56,7 +65,7 @@ _MSG_SK_RE = re.compile(r"^MSG#([0-9A-HJKMNP-TV-Z]{26})$")
 
 def format_time(moment: _dt.datetime) -> str:
     """ISO 8601 UTC with milliseconds, fixed length: 2026-11-06T08:30:45.123Z."""
-    moment = moment.astimezone(_dt.timezone.utc)
+    moment = moment.astimezone(_dt.UTC)
     return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
 
 
@@ -64,11 +73,11 @@ def parse_time(text: str) -> _dt.datetime:
     """The datetime of a key time; ValueError if it is not in the key format."""
     if not _TIME_RE.match(text):
         raise ValueError(f"not a key time: {text!r}")
-    return _dt.datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=_dt.timezone.utc)
+    return _dt.datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=_dt.UTC)
 
 
 def _utcnow() -> _dt.datetime:
-    return _dt.datetime.now(_dt.timezone.utc)
+    return _dt.datetime.now(_dt.UTC)
 
 
 # A context variable, not a global: a thread writing demo history in the past never moves
@@ -148,7 +157,19 @@ def usage_key(day: str, user_id: str) -> dict[str, str]:
     the ledger from the server's clock and the authenticated user, and read either
     by an admin or, for a non-admin, only at the caller's own sort key.
     """
-    return {"pk": f"{USAGE_PREFIX}{day}", "sk": user_pk(user_id)}
+    return {"pk": usage_pk(day), "sk": user_pk(user_id)}
+
+
+def usage_pk(day: str) -> str:
+    """The partition of one UTC day's usage buckets (every user's: the cost page reads it with one Query)."""
+    return f"{USAGE_PREFIX}{day}"
+
+
+def usage_parts(pk: str, sk: str) -> tuple[str, str]:
+    """(day, user_id) of a usage bucket's key; ValueError if it is not one."""
+    if not pk.startswith(USAGE_PREFIX) or not sk.startswith(USER_PREFIX):
+        raise ValueError(f"not a usage bucket key: {pk!r}, {sk!r}")
+    return pk[len(USAGE_PREFIX) :], sk[len(USER_PREFIX) :]
 
 
 def day_of(time_text: str) -> str:
@@ -176,8 +197,13 @@ def record_kind(sk: str) -> str:
         return TURN
     if is_list_sk(sk):
         return LIST_ROW
-    for prefix, kind in ((SUMMARY_PREFIX, SUMMARY), (MEMORY_PREFIX, MEMORY), (VECTOR_PREFIX, VECTOR),
-                         (PURGE_PREFIX, PURGE), (PREFERENCE_PREFIX, PREFERENCE)):
+    for prefix, kind in (
+        (SUMMARY_PREFIX, SUMMARY),
+        (MEMORY_PREFIX, MEMORY),
+        (VECTOR_PREFIX, VECTOR),
+        (PURGE_PREFIX, PURGE),
+        (PREFERENCE_PREFIX, PREFERENCE),
+    ):
         if sk.startswith(prefix):
             return kind
     return UNKNOWN
@@ -187,7 +213,7 @@ def parse_pk(pk: str) -> tuple[str, str | None] | None:
     """(user_id, session_id) of a session partition, (user_id, None) of a user partition, None for any other pk."""
     if not pk.startswith(USER_PREFIX):
         return None
-    user_id, marker, session_id = pk[len(USER_PREFIX):].partition(f"#{SESSION_PREFIX}")
+    user_id, marker, session_id = pk[len(USER_PREFIX) :].partition(f"#{SESSION_PREFIX}")
     if not user_id:
         return None
     return (user_id, session_id) if marker else (user_id, None)
@@ -199,6 +225,13 @@ def list_row_parts(sk: str) -> tuple[str, str]:
     if not match:
         raise ValueError(f"not a sidebar row key: {sk!r}")
     return match.group(1), match.group(2)
+
+
+def list_row_time(sk: str) -> str:
+    """The last_message_time of a sidebar row's sort key, leniently: a malformed row (which `admin check` reports)
+    still shows in the sidebar instead of failing the page."""
+    parts = sk.split("#")
+    return parts[1] if len(parts) > 1 else ""
 
 
 def session_partition_prefix(user_id: str) -> str:
@@ -252,6 +285,13 @@ def summary_key(user_id: str, session_id: str) -> dict[str, str]:
 def memory_key(user_id: str, memory_id: str) -> dict[str, str]:
     """One memory in the user's own partition; the id is derived from the text, so a duplicate names the same key."""
     return {"pk": user_pk(user_id), "sk": f"{MEMORY_PREFIX}{memory_id}"}
+
+
+def memory_id_of(sk: str) -> str:
+    """The memory id of a memory's sort key (MEM#<id>); ValueError if it is not one."""
+    if not sk.startswith(MEMORY_PREFIX) or len(sk) == len(MEMORY_PREFIX):
+        raise ValueError(f"not a memory key: {sk!r}")
+    return sk[len(MEMORY_PREFIX) :]
 
 
 def preference_key(user_id: str, name: str) -> dict[str, str]:

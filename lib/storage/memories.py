@@ -6,26 +6,27 @@ so two tabs extracting the same fact at once Put the same key and the condition
 have seed 004's shape (user_id, kind, text, source, created); semantic search adds
 `embedding` later, which is why `user_id` and `kind` are attributes, not only key parts.
 """
+
 from __future__ import annotations
 
 import hashlib
 import re
 from typing import Any
 
-from botocore.exceptions import ClientError
-
-from lib.errors import ChatError, EmptyMessage
+from lib.errors import EmptyMessage, MemoryNotFound
 from lib.storage import keys
-from lib.storage.gateway import Gateway, error_code, from_item, storable_text, to_item
-from lib.storage.records import Memory
 from lib.storage.capacity import Meter
+from lib.storage.gateway import (
+    Gateway,
+    from_item,
+    on_condition_failed,
+    storable_text,
+    to_item,
+)
+from lib.storage.records import Memory
 
 MEMORY_SWITCH = "memory"
 MEMORY_TEXT_MAX = 500  # characters: a memory is one fact, not a document
-
-
-class MemoryNotFound(ChatError):
-    """The memory was deleted (perhaps in another tab)."""
 
 
 def normalise(text: str) -> str:
@@ -41,13 +42,20 @@ class MemoryStore:
     def __init__(self, client: Any, table: str, meter: Meter | None = None):
         self._db = Gateway(client, table, meter)
 
+    @classmethod
+    def over(cls, db: Gateway) -> MemoryStore:
+        """The memory store of the table another store's gateway talks to (its client and meter)."""
+        return cls(db.client, db.table, db.meter)
+
     def load(self, user_id: str, *, action: str = "memory") -> tuple[list[Memory], bool]:
         """(memories oldest first, enabled) in 1 Query (more only past 1 MB, which the token cap never reaches)."""
         pk, low, high = keys.memory_range(user_id)
         with self._db.action(action, user_id):
-            items = self._db.query_all(KeyConditionExpression="pk = :pk AND sk BETWEEN :low AND :high",
-                                       ExpressionAttributeValues=to_item({":pk": pk, ":low": low, ":high": high}),
-                                       ConsistentRead=True)
+            items = self._db.query_all(
+                KeyConditionExpression="pk = :pk AND sk BETWEEN :low AND :high",
+                ExpressionAttributeValues=to_item({":pk": pk, ":low": low, ":high": high}),
+                ConsistentRead=True,
+            )
         memories, enabled = [], True
         for raw in items:
             item = from_item(raw)
@@ -61,23 +69,27 @@ class MemoryStore:
         memories.sort(key=lambda m: (m.create_time, m.memory_id))
         return memories, enabled
 
-    def add(self, user_id: str, text: str, *, session_id: str | None, message_id: str | None,
-            at: str | None = None) -> Memory | None:
+    def add(
+        self, user_id: str, text: str, *, session_id: str | None, message_id: str | None, at: str | None = None
+    ) -> Memory | None:
         """Put one memory (1 PutItem); None if the same fact is already stored (its key exists)."""
         text = storable_text(" ".join(text.split()))[:MEMORY_TEXT_MAX]
         memory = Memory(memory_id(text), user_id, text, session_id, message_id, at or keys.now())
-        item = to_item({**keys.memory_key(user_id, memory.memory_id), "user_id": user_id, "kind": memory.kind,
-                        "text": text, "source_session_id": session_id, "source_message_id": message_id,
-                        "create_time": memory.create_time})
-        try:
-            with self._db.action("memory", user_id):
-                # add-only: an existing memory (the same fact, or another tab's identical extraction) is kept
-                self._db.call("put_item", Item=item, ConditionExpression="attribute_not_exists(pk)")
-        except ClientError as exc:
-            if error_code(exc) != "ConditionalCheckFailedException":
-                raise
-            return None
-        return memory
+        item = to_item(
+            {
+                **keys.memory_key(user_id, memory.memory_id),
+                "user_id": user_id,
+                "kind": memory.kind,
+                "text": text,
+                "source_session_id": session_id,
+                "source_message_id": message_id,
+                "create_time": memory.create_time,
+            }
+        )
+        with on_condition_failed() as exists, self._db.action("memory", user_id):
+            # add-only: an existing memory (the same fact, or another tab's identical extraction) is kept
+            self._db.call("put_item", Item=item, ConditionExpression="attribute_not_exists(pk)")
+        return None if exists else memory
 
     def edit(self, user_id: str, memory: Memory, text: str) -> Memory:
         """Change a memory's text in place (1 UpdateItem): the id stays, so its source and history do too."""
@@ -85,19 +97,29 @@ class MemoryStore:
         if not text:
             raise EmptyMessage("A memory cannot be empty; delete it instead.")
         at = keys.now()
-        try:
-            with self._db.action("memory", user_id):
-                # the memory must still exist: an edit never resurrects one deleted in another tab
-                self._db.call("update_item", Key=to_item(keys.memory_key(user_id, memory.memory_id)),
-                              UpdateExpression="SET #text = :text, update_time = :at REMOVE embedding",
-                              ConditionExpression="attribute_exists(pk)", ExpressionAttributeNames={"#text": "text"},
-                              ExpressionAttributeValues=to_item({":text": text, ":at": at}))
-        except ClientError as exc:
-            if error_code(exc) != "ConditionalCheckFailedException":
-                raise
-            raise MemoryNotFound("That memory was deleted (perhaps in another tab).") from exc
-        return Memory(memory.memory_id, user_id, text, memory.source_session_id, memory.source_message_id,
-                      memory.create_time, memory.kind, at)
+        with (
+            on_condition_failed(MemoryNotFound("That memory was deleted (perhaps in another tab).")),
+            self._db.action("memory", user_id),
+        ):
+            # the memory must still exist: an edit never resurrects one deleted in another tab
+            self._db.call(
+                "update_item",
+                Key=to_item(keys.memory_key(user_id, memory.memory_id)),
+                UpdateExpression="SET #text = :text, update_time = :at REMOVE embedding",
+                ConditionExpression="attribute_exists(pk)",
+                ExpressionAttributeNames={"#text": "text"},
+                ExpressionAttributeValues=to_item({":text": text, ":at": at}),
+            )
+        return Memory(
+            memory.memory_id,
+            user_id,
+            text,
+            memory.source_session_id,
+            memory.source_message_id,
+            memory.create_time,
+            memory.kind,
+            at,
+        )
 
     def delete(self, user_id: str, memory_id_: str) -> None:
         """Delete one memory (1 DeleteItem); deleting one already gone is not an error."""
@@ -107,5 +129,14 @@ class MemoryStore:
     def set_enabled(self, user_id: str, enabled: bool) -> None:
         """The user's off switch (1 PutItem): off means no extraction and no memory block; memories are kept."""
         with self._db.action("memory", user_id):
-            self._db.call("put_item", Item=to_item({**keys.preference_key(user_id, MEMORY_SWITCH),
-                                                    "user_id": user_id, "enabled": enabled, "update_time": keys.now()}))
+            self._db.call(
+                "put_item",
+                Item=to_item(
+                    {
+                        **keys.preference_key(user_id, MEMORY_SWITCH),
+                        "user_id": user_id,
+                        "enabled": enabled,
+                        "update_time": keys.now(),
+                    }
+                ),
+            )

@@ -1,15 +1,18 @@
 """The values the store hands out: small frozen dataclasses, never raw DynamoDB dicts."""
-from __future__ import annotations
 
-from decimal import Decimal as _Decimal
+from __future__ import annotations
 
 import datetime as _dt
 from dataclasses import dataclass, field
+from decimal import Decimal as _Decimal
 from typing import Any
 
 from lib.storage import keys
 
 PENDING, DONE, FAILED = "pending", "done", "failed"
+# Why a turn never got its answer when the process writing it stopped: what the chat page shows under a stale
+# pending turn, and the error the pending sweep stores when it marks one failed (the same sentence for both).
+INTERRUPTED = "Interrupted: the answer never finished (the app stopped before it could save it)."
 
 
 @dataclass(frozen=True)
@@ -24,7 +27,7 @@ class Session:
     message_count: int
 
     @classmethod
-    def from_item(cls, item: dict[str, Any]) -> "Session":
+    def from_item(cls, item: dict[str, Any]) -> Session:
         return cls(
             session_id=item["session_id"],
             user_id=item["user_id"],
@@ -44,11 +47,11 @@ class SessionSummary:
     last_message_time: str
 
     @classmethod
-    def from_item(cls, item: dict[str, Any]) -> "SessionSummary":
-        return cls(item["session_id"], item["title"], item["sk"].split("#")[1])
+    def from_item(cls, item: dict[str, Any]) -> SessionSummary:
+        return cls(item["session_id"], item["title"], keys.list_row_time(item["sk"]))
 
     @classmethod
-    def of(cls, session: Session) -> "SessionSummary":
+    def of(cls, session: Session) -> SessionSummary:
         return cls(session.session_id, session.title, session.last_message_time)
 
 
@@ -76,7 +79,7 @@ class Message:
     context: tuple[dict, ...] = ()  # what the model saw: {kind, tokens, id?, excerpt?} per part, ids and counts only
 
     @classmethod
-    def from_item(cls, item: dict[str, Any], size: int = 0) -> "Message":
+    def from_item(cls, item: dict[str, Any], size: int = 0) -> Message:
         def number(name: str) -> int:
             return int(item.get(name, 0))
 
@@ -98,8 +101,10 @@ class Message:
             feedback=int(item["feedback"]) if "feedback" in item else None,
             attempt_time=item.get("attempt_time"),
             size=size,
-            context=tuple({k: int(v) if isinstance(v, _Decimal) else v for k, v in part.items()}
-                          for part in item.get("context", ())),
+            context=tuple(
+                {k: int(v) if isinstance(v, _Decimal) else v for k, v in part.items()}
+                for part in item.get("context", ())
+            ),
         )
 
     def is_stale(self, timeout_s: float, at: _dt.datetime | None = None) -> bool:
@@ -140,13 +145,20 @@ class Summary:
     tokens: int = 0
 
     @classmethod
-    def from_item(cls, item: dict[str, Any]) -> "Summary | None":
+    def from_item(cls, item: dict[str, Any]) -> Summary | None:
         """The summary, or None for an item this version cannot read (readers skip rather than fail)."""
         try:
-            return cls(session_id=item["session_id"], text=item["text"], version=int(item["version"]),
-                       covered_until=item["covered_until"], covered_turns=int(item.get("covered_turns", 0)),
-                       method=item.get("method", "model"), model=item.get("model", ""),
-                       update_time=item.get("update_time", ""), tokens=int(item.get("tokens", 0)))
+            return cls(
+                session_id=item["session_id"],
+                text=item["text"],
+                version=int(item["version"]),
+                covered_until=item["covered_until"],
+                covered_turns=int(item.get("covered_turns", 0)),
+                method=item.get("method", "model"),
+                model=item.get("model", ""),
+                update_time=item.get("update_time", ""),
+                tokens=int(item.get("tokens", 0)),
+            )
         except (KeyError, TypeError, ValueError):
             return None
 
@@ -165,13 +177,19 @@ class Memory:
     update_time: str | None = None
 
     @classmethod
-    def from_item(cls, item: dict[str, Any]) -> "Memory | None":
+    def from_item(cls, item: dict[str, Any]) -> Memory | None:
         try:
-            return cls(memory_id=item["sk"].split("#", 1)[1], user_id=item["user_id"], text=item["text"],
-                       source_session_id=item.get("source_session_id"),
-                       source_message_id=item.get("source_message_id"), create_time=item["create_time"],
-                       kind=item.get("kind", "memory"), update_time=item.get("update_time"))
-        except (KeyError, TypeError, IndexError):
+            return cls(
+                memory_id=keys.memory_id_of(item["sk"]),
+                user_id=item["user_id"],
+                text=item["text"],
+                source_session_id=item.get("source_session_id"),
+                source_message_id=item.get("source_message_id"),
+                create_time=item["create_time"],
+                kind=item.get("kind", "memory"),
+                update_time=item.get("update_time"),
+            )
+        except (KeyError, TypeError, ValueError):
             return None
 
 

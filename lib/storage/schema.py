@@ -4,6 +4,7 @@ The vector index `vectors` indexes the `embedding` attribute (a list of numbers)
 `user_id` (HASH: every search names one user) with `kind` (turn, memory) as an inline filter. An item without
 `user_id` is written but never indexed (seed 004), so every vector item carries it.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -16,18 +17,28 @@ DEFAULT_DIMENSIONS = 256  # the local embedder's (wordllama l2_supercat 256); CH
 
 def vector_index(dimensions: int) -> dict:
     """The vector index definition (CreateTable VectorIndexes / UpdateTable VectorIndexUpdates Create)."""
-    return {"IndexName": VECTOR_INDEX, "VectorAttribute": {"AttributeName": VECTOR_ATTRIBUTE},
-            "SearchSchema": [{"AttributeName": USER_ATTRIBUTE, "SearchSchemaElementType": "HASH"},
-                             {"AttributeName": KIND_ATTRIBUTE, "SearchSchemaElementType": "INLINE_FILTER"}],
-            "Projection": {"ProjectionType": "ALL"}, "Dimensions": dimensions, "DistanceFunction": "COSINE"}
+    return {
+        "IndexName": VECTOR_INDEX,
+        "VectorAttribute": {"AttributeName": VECTOR_ATTRIBUTE},
+        "SearchSchema": [
+            {"AttributeName": USER_ATTRIBUTE, "SearchSchemaElementType": "HASH"},
+            {"AttributeName": KIND_ATTRIBUTE, "SearchSchemaElementType": "INLINE_FILTER"},
+        ],
+        "Projection": {"ProjectionType": "ALL"},
+        "Dimensions": dimensions,
+        "DistanceFunction": "COSINE",
+    }
 
 
-VECTOR_ATTRIBUTE_DEFINITIONS = [{"AttributeName": USER_ATTRIBUTE, "AttributeType": "S"},
-                                {"AttributeName": KIND_ATTRIBUTE, "AttributeType": "S"}]
+VECTOR_ATTRIBUTE_DEFINITIONS = [
+    {"AttributeName": USER_ATTRIBUTE, "AttributeType": "S"},
+    {"AttributeName": KIND_ATTRIBUTE, "AttributeType": "S"},
+]
 
 
-def create_table(client: Any, table_name: str, *, wait: bool = True,
-                 vector_dimensions: int | None = DEFAULT_DIMENSIONS) -> None:
+def create_table(
+    client: Any, table_name: str, *, wait: bool = True, vector_dimensions: int | None = DEFAULT_DIMENSIONS
+) -> None:
     """Create the chat table on demand (PAY_PER_REQUEST) with its vector index (None: without); the caller turns
     on AWS-only extras."""
     extra = {"VectorIndexes": [vector_index(vector_dimensions)]} if vector_dimensions else {}
@@ -36,7 +47,8 @@ def create_table(client: Any, table_name: str, *, wait: bool = True,
         AttributeDefinitions=[
             {"AttributeName": "pk", "AttributeType": "S"},
             {"AttributeName": "sk", "AttributeType": "S"},
-        ] + (VECTOR_ATTRIBUTE_DEFINITIONS if vector_dimensions else []),
+        ]
+        + (VECTOR_ATTRIBUTE_DEFINITIONS if vector_dimensions else []),
         KeySchema=[
             {"AttributeName": "pk", "KeyType": "HASH"},
             {"AttributeName": "sk", "KeyType": "RANGE"},
@@ -46,6 +58,19 @@ def create_table(client: Any, table_name: str, *, wait: bool = True,
     )
     if wait:
         client.get_waiter("table_exists").wait(TableName=table_name, WaiterConfig={"Delay": 1, "MaxAttempts": 60})
+
+
+def create_aws_table(client: Any, table_name: str, *, vector_dimensions: int | None = DEFAULT_DIMENSIONS) -> None:
+    """Create the table for AWS: as `create_table` (waited on), then the TTL attribute, point-in-time recovery and
+    deletion protection (which the embedded server does not need)."""
+    create_table(client, table_name, vector_dimensions=vector_dimensions)
+    client.update_time_to_live(
+        TableName=table_name, TimeToLiveSpecification={"Enabled": True, "AttributeName": TTL_ATTRIBUTE}
+    )
+    client.update_continuous_backups(
+        TableName=table_name, PointInTimeRecoverySpecification={"PointInTimeRecoveryEnabled": True}
+    )
+    client.update_table(TableName=table_name, DeletionProtectionEnabled=True)
 
 
 def table_exists(client: Any, table_name: str) -> bool:
@@ -64,5 +89,8 @@ def vector_index_description(client: Any, table_name: str) -> dict | None:
 
 def add_vector_index(client: Any, table_name: str, dimensions: int) -> None:
     """Start adding the vector index to an existing table (UpdateTable); wait with `vector_index_description`."""
-    client.update_table(TableName=table_name, AttributeDefinitions=VECTOR_ATTRIBUTE_DEFINITIONS,
-                        VectorIndexUpdates=[{"Create": vector_index(dimensions)}])
+    client.update_table(
+        TableName=table_name,
+        AttributeDefinitions=VECTOR_ATTRIBUTE_DEFINITIONS,
+        VectorIndexUpdates=[{"Create": vector_index(dimensions)}],
+    )

@@ -6,11 +6,13 @@ Request budget per action (an extra request is a defect):
     send_message     1 TransactWriteItems (4 actions); on a lost race +1 GetItem and a retry
     finish/fail      1 UpdateItem             rename_session  1 TransactWriteItems (2 Updates)
 """
+
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any
 
 from botocore.exceptions import ClientError
 
@@ -27,17 +29,47 @@ from lib.errors import (
     SessionNotFound,
     StoreUnavailable,
 )
-from lib.storage import items, keys
-from lib.storage.items import ANSWER_RESERVE_BYTES, QUESTION_LIMIT_BYTES, TITLE_MAX_CHARS, default_title
-from lib.storage.cursor import CursorCodec
-from lib.storage.gateway import Gateway, cancellation_codes, error_code, from_item, storable_text, to_item
-from lib.storage.itemsize import item_size
-from lib.storage.records import DONE, FAILED, PENDING, Message, Page, Session, SessionSummary, SessionView, Summary
+from lib.storage import items, keys, partitions
 from lib.storage.capacity import Meter
+from lib.storage.cursor import CursorCodec
+from lib.storage.gateway import (
+    Gateway,
+    cancellation_codes,
+    error_code,
+    from_item,
+    on_condition_failed,
+    storable_text,
+    to_item,
+)
+from lib.storage.items import (
+    ANSWER_RESERVE_BYTES,
+    QUESTION_LIMIT_BYTES,
+    TITLE_MAX_CHARS,
+    default_title,
+)
+from lib.storage.itemsize import item_size
+from lib.storage.records import (
+    DONE,
+    FAILED,
+    PENDING,
+    Message,
+    Page,
+    Session,
+    SessionSummary,
+    SessionView,
+    Summary,
+)
 
 # Re-exported: callers import these from the store they write through.
-__all__ = ["ANSWER_RESERVE_BYTES", "QUESTION_LIMIT_BYTES", "TITLE_MAX_CHARS", "ChatStore", "default_title",
-           "from_item", "to_item"]
+__all__ = [
+    "ANSWER_RESERVE_BYTES",
+    "QUESTION_LIMIT_BYTES",
+    "TITLE_MAX_CHARS",
+    "ChatStore",
+    "default_title",
+    "from_item",
+    "to_item",
+]
 
 SIDEBAR_PAGE = 20
 TURNS_PAGE = 20
@@ -47,7 +79,9 @@ MAX_RACE_RETRIES = 3
 class ChatStore:
     """Sessions and turns of every user on one DynamoDB table; handed its client."""
 
-    def __init__(self, client: Any, table_name: str, meter: Meter | None = None, *, cursor_secret: bytes | str | None = None):
+    def __init__(
+        self, client: Any, table_name: str, meter: Meter | None = None, *, cursor_secret: bytes | str | None = None
+    ):
         self._db = Gateway(client, table_name, meter)
         self._table = table_name
         self._cursors = CursorCodec(cursor_secret)
@@ -57,75 +91,83 @@ class ChatStore:
 
     # --- writes ---------------------------------------------------------
 
-    def create_session(self, user_id: str, input_body: str, *, system_prompt_id: str,
-                       title: str | None = None) -> tuple[Session, Message]:
+    def create_session(
+        self, user_id: str, input_body: str, *, system_prompt_id: str, title: str | None = None
+    ) -> tuple[Session, Message]:
         """Commit a new session and its pending first question in one transaction: 3 Puts and the user registry.
 
         The registry Update (pk USERS) is how operators list users without a Scan; it rides in the
         same request, so a new chat stays one request (8 WRU instead of the design's 6).
         """
         session_id, at = keys.new_id(), keys.now()
-        message_item, message = items.pending_message(user_id, session_id, input_body, system_prompt_id, at, keys.new_id())
+        message_item, message = items.pending_message(
+            user_id, session_id, input_body, system_prompt_id, at, keys.new_id()
+        )
         session = Session(session_id, user_id, items.valid_title(title or default_title(input_body)), at, at, 1)
         with self._db.action("create", user_id), self._outcome_checked(user_id, message, committed_index=2):
-            self._call("transact_write_items", TransactItems=[
-                {"Put": {  # meta; the condition makes a duplicated id fail instead of overwriting a session
-                    "TableName": self._table,
-                    "Item": items.meta_item(user_id, session),
-                    "ConditionExpression": "attribute_not_exists(pk)",
-                }},
-                {"Put": {"TableName": self._table, "Item": items.list_item(user_id, session)}},
-                {"Put": {  # the question, durable before the model is called
-                    "TableName": self._table,
-                    "Item": message_item,
-                    "ConditionExpression": "attribute_not_exists(pk)",
-                }},
-                {"Update": {  # the registry: no condition, so it can never cancel a user's first question
-                    "TableName": self._table,
-                    "Key": to_item(keys.registry_key(user_id)),
-                    "UpdateExpression": "SET user_id = :u, first_time = if_not_exists(first_time, :at), "
-                                        "last_create_time = :at",
-                    "ExpressionAttributeValues": to_item({":u": user_id, ":at": at}),
-                }},
-            ])
+            self._call(
+                "transact_write_items",
+                TransactItems=[
+                    {
+                        "Put": {  # meta; the condition makes a duplicated id fail instead of overwriting a session
+                            "TableName": self._table,
+                            "Item": items.meta_item(user_id, session),
+                            "ConditionExpression": "attribute_not_exists(pk)",
+                        }
+                    },
+                    {"Put": {"TableName": self._table, "Item": items.list_item(user_id, session)}},
+                    {
+                        "Put": {  # the question, durable before the model is called
+                            "TableName": self._table,
+                            "Item": message_item,
+                            "ConditionExpression": "attribute_not_exists(pk)",
+                        }
+                    },
+                    {
+                        "Update": {  # the registry: no condition, so it can never cancel a user's first question
+                            "TableName": self._table,
+                            "Key": to_item(keys.registry_key(user_id)),
+                            "UpdateExpression": "SET user_id = :u, first_time = if_not_exists(first_time, :at), "
+                            "last_create_time = :at",
+                            "ExpressionAttributeValues": to_item({":u": user_id, ":at": at}),
+                        }
+                    },
+                ],
+            )
         return session, message
 
-    def send_message(self, user_id: str, session: Session, input_body: str, *,
-                     system_prompt_id: str) -> tuple[Session, Message]:
+    def send_message(
+        self, user_id: str, session: Session, input_body: str, *, system_prompt_id: str
+    ) -> tuple[Session, Message]:
         """Commit a pending question and move the session to the top of the sidebar, in one transaction.
 
         `session.last_message_time` is the :old the caller read with the session:
         no read precedes the write. Raises SessionChanged if other tabs keep winning.
         """
         message_id = keys.new_id()
-        message_item, message = items.pending_message(user_id, session.session_id, input_body, system_prompt_id,
-                                                        session.last_message_time, message_id)
+        message_item, message = items.pending_message(
+            user_id, session.session_id, input_body, system_prompt_id, session.last_message_time, message_id
+        )
         for attempt in range(MAX_RACE_RETRIES + 1):
             at = keys.later_than(session.last_message_time)
             message_item["create_time"] = {"S": at}
-            try:
-                with self._db.action("send", user_id, prior=self._session_sizes(user_id, session)), \
-                        self._outcome_checked(user_id, message, committed_index=0):
-                    self._send_transaction(user_id, session, message_item, at)
-            except ClientError as exc:
-                if error_code(exc) != "TransactionCanceledException":
-                    raise
-                codes = cancellation_codes(exc)
-                # Index 1 (meta) or 2 (old list item) failing means another tab sent
-                # first: our :old is stale. A TransactionConflict anywhere is the same
-                # race caught mid-flight. Anything else is not ours to retry.
-                lost_race = codes[1:3].count("ConditionalCheckFailed") or "TransactionConflict" in codes
-                if not lost_race or attempt == MAX_RACE_RETRIES:
-                    if lost_race:
-                        raise SessionChanged(
-                            "This chat kept changing in another tab; your question was not sent. Reload and send again."
-                        ) from exc
-                    raise
-                with self._db.action("send", user_id):
-                    session = self.get_session(user_id, session.session_id)
-                continue
-            sent = replace(session, last_message_time=at, message_count=session.message_count + 1)
-            return sent, replace(message, create_time=at)
+            # Action 1 (meta) or 2 (old list item) failing means another tab sent first: our :old is stale. A
+            # TransactionConflict anywhere is the same race caught mid-flight. Anything else is not ours to retry.
+            with (
+                on_condition_failed(actions=(1, 2)) as lost_race,
+                self._db.action("send", user_id, prior=self._session_sizes(user_id, session)),
+                self._outcome_checked(user_id, message, committed_index=0),
+            ):
+                self._send_transaction(user_id, session, message_item, at)
+            if not lost_race:
+                sent = replace(session, last_message_time=at, message_count=session.message_count + 1)
+                return sent, replace(message, create_time=at)
+            if attempt == MAX_RACE_RETRIES:
+                raise SessionChanged(
+                    "This chat kept changing in another tab; your question was not sent. Reload and send again."
+                ) from lost_race.exc
+            with self._db.action("send", user_id):
+                session = self.get_session(user_id, session.session_id)
         raise AssertionError("unreachable")
 
     @contextlib.contextmanager
@@ -144,8 +186,11 @@ class ChatStore:
             yield
         except ClientError as exc:
             codes = cancellation_codes(exc) if error_code(exc) == "TransactionCanceledException" else []
-            if len(codes) > committed_index and codes[committed_index] == "ConditionalCheckFailed" \
-                    and self._message_exists(user_id, message):
+            if (
+                len(codes) > committed_index
+                and codes[committed_index] == "ConditionalCheckFailed"
+                and self._message_exists(user_id, message)
+            ):
                 logs.warning("turn.commit_resent", session_id=message.session_id, message_id=message.message_id)
                 return
             raise
@@ -155,16 +200,26 @@ class ChatStore:
             except StoreUnavailable:
                 raise StoreUnavailable(
                     "The chat database did not confirm whether your message was saved. Reload the chat to see "
-                    "whether it is there before sending it again.") from exc
-            logs.warning("turn.commit_outcome_unknown", session_id=message.session_id, message_id=message.message_id,
-                         committed=exists)
+                    "whether it is there before sending it again."
+                ) from exc
+            logs.warning(
+                "turn.commit_outcome_unknown",
+                session_id=message.session_id,
+                message_id=message.message_id,
+                committed=exists,
+            )
             if not exists:
-                raise StoreUnavailable("Your message was not saved: the chat database did not answer. "
-                                       "Nothing was changed; send it again.") from exc
+                raise StoreUnavailable(
+                    "Your message was not saved: the chat database did not answer. Nothing was changed; send it again."
+                ) from exc
 
     def _message_exists(self, user_id: str, message: Message) -> bool:
-        response = self._call("get_item", Key=to_item(keys.message_key(user_id, message.session_id, message.message_id)),
-                              ConsistentRead=True, ProjectionExpression="pk")
+        response = self._call(
+            "get_item",
+            Key=to_item(keys.message_key(user_id, message.session_id, message.message_id)),
+            ConsistentRead=True,
+            ProjectionExpression="pk",
+        )
         return "Item" in response
 
     def _session_sizes(self, user_id: str, session: Session) -> dict[tuple[str, str], int]:
@@ -174,53 +229,121 @@ class ChatStore:
 
     def _send_transaction(self, user_id: str, session: Session, message_item: dict, at: str) -> None:
         old = session.last_message_time
-        self._call("transact_write_items", TransactItems=[
-            {"Put": {  # 1. the pending question; a fresh ULID never exists, the condition guards a replay
-                "TableName": self._table,
-                "Item": message_item,
-                "ConditionExpression": "attribute_not_exists(pk)",
-            }},
-            {"Update": {  # 2. move the meta forward only from the time we read: two tabs cannot both win
-                "TableName": self._table,
-                "Key": to_item(keys.meta_key(user_id, session.session_id)),
-                "UpdateExpression": "SET last_message_time = :new ADD message_count :one",
-                "ConditionExpression": "last_message_time = :old",
-                "ExpressionAttributeValues": to_item({":new": at, ":old": old, ":one": 1}),
-            }},
-            {"Delete": {  # 3. the old sidebar row must exist, or we would leave a second row behind
-                "TableName": self._table,
-                "Key": to_item(keys.list_key(user_id, old, session.session_id)),
-                "ConditionExpression": "attribute_exists(pk)",
-            }},
-            {"Put": {  # 4. the new sidebar row, at the top
-                "TableName": self._table,
-                "Item": items.list_item(user_id, replace(session, last_message_time=at)),
-            }},
-        ])
+        self._call(
+            "transact_write_items",
+            TransactItems=[
+                {
+                    "Put": {  # 1. the pending question; a fresh ULID never exists, the condition guards a replay
+                        "TableName": self._table,
+                        "Item": message_item,
+                        "ConditionExpression": "attribute_not_exists(pk)",
+                    }
+                },
+                {
+                    "Update": {  # 2. move the meta forward only from the time we read: two tabs cannot both win;
+                        # and only under the title we read: action 4 writes the sidebar row with it, so a tab
+                        # that missed a rename must re-read the meta rather than put the old title back
+                        "TableName": self._table,
+                        "Key": to_item(keys.meta_key(user_id, session.session_id)),
+                        "UpdateExpression": "SET last_message_time = :new ADD message_count :one",
+                        "ConditionExpression": "last_message_time = :old AND #title = :title",
+                        "ExpressionAttributeNames": {"#title": "title"},
+                        "ExpressionAttributeValues": to_item(
+                            {":new": at, ":old": old, ":one": 1, ":title": session.title}
+                        ),
+                    }
+                },
+                {
+                    "Delete": {  # 3. the old sidebar row must exist, or we would leave a second row behind
+                        "TableName": self._table,
+                        "Key": to_item(keys.list_key(user_id, old, session.session_id)),
+                        "ConditionExpression": "attribute_exists(pk)",
+                    }
+                },
+                {
+                    "Put": {  # 4. the new sidebar row, at the top
+                        "TableName": self._table,
+                        "Item": items.list_item(user_id, replace(session, last_message_time=at)),
+                    }
+                },
+            ],
+        )
 
-    def finish_message(self, user_id: str, message: Message, *, output_body: str, input_token: int,
-                       output_token: int, response_start_time: str, response_end_time: str,
-                       model: str | None = None, context: list[dict] | None = None) -> Message:
+    def finish_message(
+        self,
+        user_id: str,
+        message: Message,
+        *,
+        output_body: str,
+        input_token: int,
+        output_token: int,
+        response_start_time: str,
+        response_end_time: str,
+        model: str | None = None,
+        context: list[dict] | None = None,
+    ) -> Message:
         """Fill in the answer and mark the turn done (1 UpdateItem). Does not move the sidebar.
 
         `context`: what the model saw (Context.sources_record(): ids and token counts, never text)."""
         with self._db.action("finish", user_id, prior=self._message_size(user_id, message)):
-            return self._complete(user_id, message, DONE, output_body=output_body, input_token=input_token,
-                                  output_token=output_token, response_start_time=response_start_time,
-                                  response_end_time=response_end_time, model=model, context=context or None)
+            return self._complete(
+                user_id,
+                message,
+                DONE,
+                output_body=output_body,
+                input_token=input_token,
+                output_token=output_token,
+                response_start_time=response_start_time,
+                response_end_time=response_end_time,
+                model=model,
+                context=context or None,
+            )
 
-    def fail_message(self, user_id: str, message: Message, *, output_body: str, error: str, input_token: int = 0,
-                     output_token: int = 0, response_start_time: str | None = None,
-                     response_end_time: str | None = None, model: str | None = None,
-                     context: list[dict] | None = None) -> Message:
-        """Mark the turn failed, keeping the partial answer and why (1 UpdateItem)."""
-        with self._db.action("fail", user_id, prior=self._message_size(user_id, message)):
-            return self._complete(user_id, message, FAILED, output_body=output_body, input_token=input_token,
-                                  output_token=output_token, response_start_time=response_start_time,
-                                  response_end_time=response_end_time or keys.now(), model=model, error=error,
-                                  context=context or None)
+    def fail_message(
+        self,
+        user_id: str,
+        message: Message,
+        *,
+        output_body: str,
+        error: str,
+        input_token: int = 0,
+        output_token: int = 0,
+        response_start_time: str | None = None,
+        response_end_time: str | None = None,
+        model: str | None = None,
+        context: list[dict] | None = None,
+        started_before: str | None = None,
+        action: str = "fail",
+    ) -> Message:
+        """Mark the turn failed, keeping the partial answer and why (1 UpdateItem). MessageNotPending if it was
+        saved meanwhile (or, with `started_before`, restarted by a Retry at or after that time); MessageNotFound if
+        it does not exist. `action` labels the request for the meter ("admin" for the pending sweep)."""
+        with self._db.action(action, user_id, prior=self._message_size(user_id, message)):
+            return self._complete(
+                user_id,
+                message,
+                FAILED,
+                output_body=output_body,
+                input_token=input_token,
+                output_token=output_token,
+                response_start_time=response_start_time,
+                response_end_time=response_end_time or keys.now(),
+                model=model,
+                error=error,
+                context=context or None,
+                started_before=started_before,
+            )
 
-    def _complete(self, user_id: str, message: Message, status: str, *, output_body: str, **fields: Any) -> Message:
+    def _complete(
+        self,
+        user_id: str,
+        message: Message,
+        status: str,
+        *,
+        output_body: str,
+        started_before: str | None = None,
+        **fields: Any,
+    ) -> Message:
         fields = {k: storable_text(v) if isinstance(v, str) else v for k, v in fields.items() if v is not None}
         output_body, truncated = items.fit_answer(user_id, message, storable_text(output_body), fields)
         values = {"output_body": output_body, "output_truncated": truncated, **fields}
@@ -228,28 +351,38 @@ class ChatStore:
         sets = ", ".join(f"#{name} = :{name}" for name in values)
         removes = "" if "error" in values else " REMOVE #error"
         names = {f"#{name}": name for name in (*values, "status", "error")}
+        # Only a pending turn can be completed: a second finisher (the other
+        # tab, a late retry) fails instead of overwriting the answer, and a
+        # key that does not exist (a foreign or made-up id) is never created.
+        condition, guard = "#status = :pending", {}
+        if started_before is not None:  # nor one a Retry restarted after the caller judged it stale
+            condition += " AND (attribute_not_exists(attempt_time) OR attempt_time < :started_before)"
+            guard = {":started_before": started_before}
         return self._update_message(
-            user_id, message,
+            user_id,
+            message,
             UpdateExpression=f"SET {sets}, #status = :status{removes}",
-            # Only a pending turn can be completed: a second finisher (the other
-            # tab, a late retry) fails instead of overwriting the answer, and a
-            # key that does not exist (a foreign or made-up id) is never created.
-            ConditionExpression="#status = :pending",
+            ConditionExpression=condition,
             ExpressionAttributeNames=names,
-            ExpressionAttributeValues=to_item({**{f":{k}": v for k, v in values.items()},
-                                               ":status": status, ":pending": PENDING}),
+            ExpressionAttributeValues=to_item(
+                {**{f":{k}": v for k, v in values.items()}, ":status": status, ":pending": PENDING, **guard}
+            ),
             ReturnValuesOnConditionCheckFailure="ALL_OLD",
-            refused=lambda old: MessageNotFound("That message does not exist.") if old is None else
-            MessageNotPending("This answer was already saved (perhaps from another tab)."),
+            refused=lambda old: (
+                MessageNotFound("That message does not exist.")
+                if old is None
+                else MessageNotPending("This answer was already saved (perhaps from another tab).")
+            ),
         )
 
     def restart_message(self, user_id: str, message: Message) -> Message:
         """Put a failed or interrupted turn back to pending for Retry: the same question, no duplicate (1 UpdateItem)."""
         with self._db.action("retry", user_id, prior=self._message_size(user_id, message)):
             return self._update_message(
-                user_id, message,
+                user_id,
+                message,
                 UpdateExpression="SET #status = :pending, attempt_time = :now REMOVE output_body, #error, "
-                                 "response_start_time, response_end_time, output_truncated",
+                "response_start_time, response_end_time, output_truncated",
                 # A done turn is never reopened; a pending one only when the caller saw it stale.
                 ConditionExpression="#status IN (:failed, :pending)",
                 ExpressionAttributeNames={"#status": "status", "#error": "error"},
@@ -259,28 +392,40 @@ class ChatStore:
 
     def set_feedback(self, user_id: str, message: Message, value: int | None) -> Message:
         """Store thumbs up (1) / down (0) on the turn, or clear it (1 UpdateItem)."""
-        params: dict[str, Any] = {"UpdateExpression": "REMOVE feedback"} if value is None else {
-            "UpdateExpression": "SET feedback = :v", "ExpressionAttributeValues": to_item({":v": int(bool(value))})}
+        params: dict[str, Any] = (
+            {"UpdateExpression": "REMOVE feedback"}
+            if value is None
+            else {
+                "UpdateExpression": "SET feedback = :v",
+                "ExpressionAttributeValues": to_item({":v": int(bool(value))}),
+            }
+        )
         with self._db.action("feedback", user_id, prior=self._message_size(user_id, message)):
-            return self._update_message(user_id, message, ConditionExpression="attribute_exists(pk)",  # no stray item
-                                        refused=lambda old: MessageNotFound("That message does not exist."), **params)
+            return self._update_message(
+                user_id,
+                message,
+                ConditionExpression="attribute_exists(pk)",  # no stray item
+                refused=lambda old: MessageNotFound("That message does not exist."),
+                **params,
+            )
 
     @staticmethod
     def _message_size(user_id: str, message: Message) -> dict[tuple[str, str], int]:
         key = keys.message_key(user_id, message.session_id, message.message_id)
         return {(key["pk"], key["sk"]): message.size} if message.size else {}
 
-    def _update_message(self, user_id: str, message: Message, *, refused: Callable[[dict | None], ChatError],
-                        **params: Any) -> Message:
+    def _update_message(
+        self, user_id: str, message: Message, *, refused: Callable[[dict | None], ChatError], **params: Any
+    ) -> Message:
         """One conditional UpdateItem of a turn, returning the turn as stored; a failed condition raises refused(old item)."""
         try:
-            response = self._call("update_item", Key=to_item(keys.message_key(user_id, message.session_id,
-                                                                              message.message_id)),
-                                  ReturnValues="ALL_NEW", **params)
-        except ClientError as exc:
-            if error_code(exc) != "ConditionalCheckFailedException":
-                raise
-            raise refused(exc.response.get("Item")) from exc
+            with on_condition_failed(refused):
+                response = self._call(
+                    "update_item",
+                    Key=to_item(keys.message_key(user_id, message.session_id, message.message_id)),
+                    ReturnValues="ALL_NEW",
+                    **params,
+                )
         except ItemTooLarge as exc:  # _fit_answer keeps answers under the limit; this is the service's last word
             raise MessageTooLarge("This turn would pass DynamoDB's 400 KB item limit; it was not changed.") from exc
         attributes = response["Attributes"]
@@ -289,36 +434,50 @@ class ChatStore:
     def rename_session(self, user_id: str, session: Session, title: str, *, action: str = "rename") -> Session:
         """Set the title on the meta and the list item in one transaction of 2 Updates.
 
-        `action` labels the requests for the meter: "title" when the model wrote the title.
+        `action` labels the requests for the meter: "title" when the model wrote the title. SessionChanged when
+        other tabs keep moving the session; a cancellation for any other reason propagates as what it is.
         """
         title = items.valid_title(title)
         for attempt in range(MAX_RACE_RETRIES + 1):
-            try:
-                with self._db.action(action, user_id, prior=self._session_sizes(user_id, session)):
-                    self._call("transact_write_items", TransactItems=[
-                        {"Update": {  # the meta, only if the sidebar row we name below is still current
-                            "TableName": self._table,
-                            "Key": to_item(keys.meta_key(user_id, session.session_id)),
-                            "UpdateExpression": "SET title = :title",
-                            "ConditionExpression": "last_message_time = :old",
-                            "ExpressionAttributeValues": to_item({":title": title, ":old": session.last_message_time}),
-                        }},
-                        {"Update": {  # the list item; must exist, or the update would create a phantom row
-                            "TableName": self._table,
-                            "Key": to_item(keys.list_key(user_id, session.last_message_time, session.session_id)),
-                            "UpdateExpression": "SET title = :title",
-                            "ConditionExpression": "attribute_exists(pk)",
-                            "ExpressionAttributeValues": to_item({":title": title}),
-                        }},
-                    ])
+            # Only a failed condition (the meta moved on, the row we name is gone) or a conflict is another tab's
+            # race, worth a re-read and a retry.
+            with (
+                on_condition_failed() as lost_race,
+                self._db.action(action, user_id, prior=self._session_sizes(user_id, session)),
+            ):
+                self._call(
+                    "transact_write_items",
+                    TransactItems=[
+                        {
+                            "Update": {  # the meta, only if the sidebar row we name below is still current
+                                "TableName": self._table,
+                                "Key": to_item(keys.meta_key(user_id, session.session_id)),
+                                "UpdateExpression": "SET title = :title",
+                                "ConditionExpression": "last_message_time = :old",
+                                "ExpressionAttributeValues": to_item(
+                                    {":title": title, ":old": session.last_message_time}
+                                ),
+                            }
+                        },
+                        {
+                            "Update": {  # the list item; must exist, or the update would create a phantom row
+                                "TableName": self._table,
+                                "Key": to_item(keys.list_key(user_id, session.last_message_time, session.session_id)),
+                                "UpdateExpression": "SET title = :title",
+                                "ConditionExpression": "attribute_exists(pk)",
+                                "ExpressionAttributeValues": to_item({":title": title}),
+                            }
+                        },
+                    ],
+                )
+            if not lost_race:
                 return replace(session, title=title)
-            except ClientError as exc:
-                if error_code(exc) != "TransactionCanceledException":
-                    raise
-                if attempt == MAX_RACE_RETRIES:
-                    raise SessionChanged("This chat kept changing in another tab; reload and rename again.") from exc
-                with self._db.action(action, user_id):
-                    session = self.get_session(user_id, session.session_id)
+            if attempt == MAX_RACE_RETRIES:
+                raise SessionChanged(
+                    "This chat kept changing in another tab; reload and rename again."
+                ) from lost_race.exc
+            with self._db.action(action, user_id):
+                session = self.get_session(user_id, session.session_id)
         raise AssertionError("unreachable")
 
     # --- reads ----------------------------------------------------------
@@ -345,13 +504,13 @@ class ChatStore:
     def list_sessions(self, user_id: str, *, cursor: str | None = None, limit: int = SIDEBAR_PAGE) -> Page:
         """One sidebar page, newest first (1 Query)."""
         pk = keys.user_pk(user_id)
-        params: dict[str, Any] = dict(
-            KeyConditionExpression="pk = :pk AND begins_with(sk, :prefix)",
-            ExpressionAttributeValues=to_item({":pk": pk, ":prefix": keys.SESSION_PREFIX}),
-            ScanIndexForward=False,  # newest first
-            Limit=limit,
-            ConsistentRead=True,  # a session just sent to is at the top on the next load
-        )
+        params: dict[str, Any] = {
+            "KeyConditionExpression": "pk = :pk AND begins_with(sk, :prefix)",
+            "ExpressionAttributeValues": to_item({":pk": pk, ":prefix": keys.SESSION_PREFIX}),
+            "ScanIndexForward": False,  # newest first
+            "Limit": limit,
+            "ConsistentRead": True,  # a session just sent to is at the top on the next load
+        }
         if cursor is not None:
             sk = self._cursors.decode(pk, cursor).get("sk")
             if not isinstance(sk, str) or not keys.is_list_sk(sk):
@@ -375,13 +534,13 @@ class ChatStore:
         if not keys.is_id(session_id):
             raise SessionNotFound("No such chat.")
         pk = keys.session_pk(user_id, session_id)
-        params: dict[str, Any] = dict(
-            KeyConditionExpression="pk = :pk",
-            ExpressionAttributeValues=to_item({":pk": pk}),
-            ScanIndexForward=False,  # SUM# and SES#META sort after every MSG#, so they come first
-            Limit=TURNS_PAGE + 1,
-            ConsistentRead=True,
-        )
+        params: dict[str, Any] = {
+            "KeyConditionExpression": "pk = :pk",
+            "ExpressionAttributeValues": to_item({":pk": pk}),
+            "ScanIndexForward": False,  # SUM# and SES#META sort after every MSG#, so they come first
+            "Limit": TURNS_PAGE + 1,
+            "ConsistentRead": True,
+        }
         remaining = None
         if cursor is not None:
             state = self._cursors.decode(pk, cursor)
@@ -413,8 +572,9 @@ class ChatStore:
         remaining -= len(messages)
         # message_count tells us when the oldest turn is loaded, which saves the
         # empty extra Query a bare LastEvaluatedKey would cost at a page boundary.
-        next_cursor = self._cursors.encode(pk, {"sk": last_sk, "left": remaining}) \
-            if last_sk and remaining > 0 else None
+        next_cursor = (
+            self._cursors.encode(pk, {"sk": last_sk, "left": remaining}) if last_sk and remaining > 0 else None
+        )
         messages.reverse()  # oldest first, for display
         return SessionView(session, messages, next_cursor, summary)
 
@@ -422,13 +582,5 @@ class ChatStore:
         """Every turn of a session, oldest first, for export (1 Query per 1 MB)."""
         if not keys.is_id(session_id):
             raise SessionNotFound("No such chat.")
-        pk = keys.session_pk(user_id, session_id)
-        params: dict[str, Any] = dict(
-            KeyConditionExpression="pk = :pk AND begins_with(sk, :prefix)",
-            ExpressionAttributeValues=to_item({":pk": pk, ":prefix": keys.MESSAGE_PREFIX}),
-            ConsistentRead=True,
-        )
         with self._db.action("export", user_id):
-            items = self._db.query_all(**params)
-        return [Message.from_item(from_item(i), size=item_size(i)) for i in items
-                if keys.record_kind(i["sk"]["S"]) == keys.TURN]
+            return partitions.session_turns(self._db, user_id, session_id)

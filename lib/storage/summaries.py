@@ -6,24 +6,19 @@ The loser's result is dropped (SummaryChanged): the winner's summary covers the 
 turns or more, and the next finished turn summarises whatever is left. Turns are
 never deleted or changed by summarising.
 """
+
 from __future__ import annotations
 
 from typing import Any
 
-from botocore.exceptions import ClientError
-
-from lib.errors import ChatError
+from lib.errors import SummaryChanged
 from lib.storage import keys
-from lib.storage.gateway import Gateway, error_code, from_item, to_item
+from lib.storage.capacity import Meter
+from lib.storage.gateway import Gateway, from_item, on_condition_failed, to_item
 from lib.storage.itemsize import item_size
 from lib.storage.records import Message, Summary
-from lib.storage.capacity import Meter
 
 OLDER_PAGES = 2  # the context engine's budget: at most 2 requests beyond what the page loaded
-
-
-class SummaryChanged(ChatError):
-    """Another tab or replica wrote the summary first; this result is dropped."""
 
 
 class SummaryStore:
@@ -35,35 +30,56 @@ class SummaryStore:
     def get(self, user_id: str, session_id: str, *, action: str = "summary") -> Summary | None:
         """The current summary (1 consistent GetItem), or None. The page gets it free with open_session."""
         with self._db.action(action, user_id):
-            response = self._db.call("get_item", Key=to_item(keys.summary_key(user_id, session_id)),
-                                     ConsistentRead=True)
+            response = self._db.call(
+                "get_item", Key=to_item(keys.summary_key(user_id, session_id)), ConsistentRead=True
+            )
         return Summary.from_item(from_item(response["Item"])) if "Item" in response else None
 
     def put(self, user_id: str, summary: Summary, *, previous: int | None) -> Summary:
         """Write `summary` as version previous + 1 (1 PutItem); SummaryChanged if the stored version moved on."""
         version = (previous or 0) + 1
-        item = to_item({**keys.summary_key(user_id, summary.session_id), "session_id": summary.session_id,
-                        "user_id": user_id, "text": summary.text, "version": version,
-                        "covered_until": summary.covered_until, "covered_turns": summary.covered_turns,
-                        "method": summary.method, "model": summary.model, "update_time": summary.update_time,
-                        "tokens": summary.tokens})
+        item = to_item(
+            {
+                **keys.summary_key(user_id, summary.session_id),
+                "session_id": summary.session_id,
+                "user_id": user_id,
+                "text": summary.text,
+                "version": version,
+                "covered_until": summary.covered_until,
+                "covered_turns": summary.covered_turns,
+                "method": summary.method,
+                "model": summary.model,
+                "update_time": summary.update_time,
+                "tokens": summary.tokens,
+            }
+        )
         if previous is None:  # the first summary: no other finisher may have written one meanwhile
             condition: dict[str, Any] = {"ConditionExpression": "attribute_not_exists(pk)"}
         else:  # only over the version we summarised from: two finishers cannot both win
-            condition = {"ConditionExpression": "version = :old",
-                         "ExpressionAttributeValues": to_item({":old": previous})}
-        try:
-            with self._db.action("summary", user_id):
-                self._db.call("put_item", Item=item, **condition)
-        except ClientError as exc:
-            if error_code(exc) != "ConditionalCheckFailedException":
-                raise
-            raise SummaryChanged("The summary was updated elsewhere first; this one was dropped.") from exc
-        return Summary(summary.session_id, summary.text, version, summary.covered_until, summary.covered_turns,
-                       summary.method, summary.model, summary.update_time, summary.tokens)
+            condition = {
+                "ConditionExpression": "version = :old",
+                "ExpressionAttributeValues": to_item({":old": previous}),
+            }
+        with (
+            on_condition_failed(SummaryChanged("The summary was updated elsewhere first; this one was dropped.")),
+            self._db.action("summary", user_id),
+        ):
+            self._db.call("put_item", Item=item, **condition)
+        return Summary(
+            summary.session_id,
+            summary.text,
+            version,
+            summary.covered_until,
+            summary.covered_turns,
+            summary.method,
+            summary.model,
+            summary.update_time,
+            summary.tokens,
+        )
 
-    def turns_after(self, user_id: str, session_id: str, after_message_id: str | None, *,
-                    action: str = "summary") -> list[Message]:
+    def turns_after(
+        self, user_id: str, session_id: str, after_message_id: str | None, *, action: str = "summary"
+    ) -> list[Message]:
         """Every turn newer than `after_message_id` (all turns if None), oldest first (1 Query per 1 MB).
 
         Used after an answer is saved, never on the path to the first token."""
@@ -71,26 +87,38 @@ class SummaryStore:
         low = keys.message_sk(after_message_id) if after_message_id else keys.MESSAGE_PREFIX
         with self._db.action(action, user_id):
             items = self._db.query_all(
-                KeyConditionExpression="pk = :pk AND sk BETWEEN :low AND :high", ConsistentRead=True,
-                ExpressionAttributeValues=to_item({":pk": pk, ":low": low, ":high": keys.MESSAGE_PREFIX + "~"}))
-        return [Message.from_item(from_item(i), size=item_size(i)) for i in items
-                if keys.record_kind(i["sk"]["S"]) == keys.TURN and i["sk"]["S"] != low]
+                KeyConditionExpression="pk = :pk AND sk BETWEEN :low AND :high",
+                ConsistentRead=True,
+                ExpressionAttributeValues=to_item({":pk": pk, ":low": low, ":high": keys.MESSAGE_PREFIX + "~"}),
+            )
+        return [
+            Message.from_item(from_item(i), size=item_size(i))
+            for i in items
+            if keys.record_kind(i["sk"]["S"]) == keys.TURN and i["sk"]["S"] != low
+        ]
 
-    def turns_before(self, user_id: str, session_id: str, before_message_id: str, *,
-                     pages: int = OLDER_PAGES, action: str = "recall") -> tuple[list[Message], bool, int]:
+    def turns_before(
+        self, user_id: str, session_id: str, before_message_id: str, *, pages: int = OLDER_PAGES, action: str = "recall"
+    ) -> tuple[list[Message], bool, int]:
         """Turns older than `before_message_id`, newest first, at most `pages` Queries (1 MB each); whether
         the oldest turn was reached; and the requests spent. Recall's only read: bounded, so a huge chat costs 2 requests, not 40."""
         pk = keys.session_pk(user_id, session_id)
-        params: dict[str, Any] = dict(
-            KeyConditionExpression="pk = :pk AND begins_with(sk, :prefix)", ConsistentRead=True,
-            ScanIndexForward=False, ExpressionAttributeValues=to_item({":pk": pk, ":prefix": keys.MESSAGE_PREFIX}),
-            ExclusiveStartKey=to_item({"pk": pk, "sk": keys.message_sk(before_message_id)}))
+        params: dict[str, Any] = {
+            "KeyConditionExpression": "pk = :pk AND begins_with(sk, :prefix)",
+            "ConsistentRead": True,
+            "ScanIndexForward": False,
+            "ExpressionAttributeValues": to_item({":pk": pk, ":prefix": keys.MESSAGE_PREFIX}),
+            "ExclusiveStartKey": to_item({"pk": pk, "sk": keys.message_sk(before_message_id)}),
+        }
         found: list[Message] = []
         with self._db.action(action, user_id):
             for spent in range(1, pages + 1):
                 response = self._db.call("query", **params)
-                found += [Message.from_item(from_item(i), size=item_size(i)) for i in response.get("Items", [])
-                          if keys.record_kind(i["sk"]["S"]) == keys.TURN]
+                found += [
+                    Message.from_item(from_item(i), size=item_size(i))
+                    for i in response.get("Items", [])
+                    if keys.record_kind(i["sk"]["S"]) == keys.TURN
+                ]
                 if "LastEvaluatedKey" not in response:
                     return found, True, spent
                 params["ExclusiveStartKey"] = response["LastEvaluatedKey"]

@@ -13,16 +13,18 @@ The vector is stored with 4 significant digits (float32 in the index anyway; cos
 < 1e-3): a 256-d vector is about 1 KB, so a turn's vector item stays within 2 write units
 (bench/search.py: 5 digits and a 600-character snippet made it 3).
 """
+
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any, Iterator, Sequence
+from typing import Any
 
-from botocore.exceptions import ClientError
-
-from lib.storage import keys
-from lib.storage.gateway import Gateway, error_code, from_item, to_item
+from lib.storage import keys, partitions
+from lib.storage.capacity import Meter
+from lib.storage.gateway import Gateway, from_item, on_condition_failed, to_item
+from lib.storage.records import Memory, Message
 from lib.storage.schema import VECTOR_INDEX
 
 TURN, MEMORY = "turn", "memory"
@@ -46,11 +48,20 @@ class TurnVector:
     vector: Sequence[float]
 
     def item(self, user_id: str) -> dict[str, dict]:
-        return to_item({**keys.vector_key(user_id, self.session_id, self.message_id), "user_id": user_id,
-                        "kind": TURN, "session_id": self.session_id, "message_id": self.message_id,
-                        "title": self.title[:TITLE_CHARS], "snippet": self.snippet[:SNIPPET_CHARS],
-                        "create_time": self.create_time, "embed_model": self.model,
-                        "embedding": number_list(self.vector)})
+        return to_item(
+            {
+                **keys.vector_key(user_id, self.session_id, self.message_id),
+                "user_id": user_id,
+                "kind": TURN,
+                "session_id": self.session_id,
+                "message_id": self.message_id,
+                "title": self.title[:TITLE_CHARS],
+                "snippet": self.snippet[:SNIPPET_CHARS],
+                "create_time": self.create_time,
+                "embed_model": self.model,
+                "embedding": number_list(self.vector),
+            }
+        )
 
 
 @dataclass(frozen=True)
@@ -62,10 +73,21 @@ class Hit:
 
 
 class VectorStore:
-    """Reads and writes of vector items, each labelled for the meter ("index" writes, "search" searches)."""
+    """Reads and writes of vector items, each labelled for the meter ("index" writes, "search" searches), and the
+    reads `reindex` makes to find what lacks a vector (labelled "index")."""
 
     def __init__(self, db: Gateway):
         self._db = db
+
+    @classmethod
+    def open(cls, client: Any, table: str, meter: Meter | None = None) -> VectorStore:
+        """The vector store of one table, through its (metered) client."""
+        return cls(Gateway(client, table, meter))
+
+    @property
+    def db(self) -> Gateway:
+        """The gateway its requests go through (for the other stores of the same table)."""
+        return self._db
 
     def put_turn(self, user_id: str, turn: TurnVector) -> None:
         """Put (or replace: the same key on a Retry) one turn's vector item."""
@@ -80,26 +102,27 @@ class VectorStore:
     def set_memory_vector(self, user_id: str, memory_id: str, text: str, model: str, vector: Sequence[float]) -> bool:
         """Add the vector to a memory whose text is still `text` (an edit in between wins: its vector comes later);
         False when the memory was deleted or changed."""
-        try:
-            with self._db.action("index", user_id):
-                self._db.call("update_item", Key=to_item(keys.memory_key(user_id, memory_id)),
-                              UpdateExpression="SET embedding = :e, embed_model = :m",
-                              ConditionExpression="attribute_exists(pk) AND #t = :t",
-                              ExpressionAttributeNames={"#t": "text"},
-                              ExpressionAttributeValues=to_item({":e": number_list(vector), ":m": model, ":t": text}))
-        except ClientError as exc:
-            if error_code(exc) != "ConditionalCheckFailedException":
-                raise
-            return False
-        return True
+        with on_condition_failed() as changed, self._db.action("index", user_id):
+            # only onto the text this vector was made from, and never onto a deleted memory (no resurrection)
+            self._db.call(
+                "update_item",
+                Key=to_item(keys.memory_key(user_id, memory_id)),
+                UpdateExpression="SET embedding = :e, embed_model = :m",
+                ConditionExpression="attribute_exists(pk) AND #t = :t",
+                ExpressionAttributeNames={"#t": "text"},
+                ExpressionAttributeValues=to_item({":e": number_list(vector), ":m": model, ":t": text}),
+            )
+        return not changed
 
     def models(self, user_id: str) -> Iterator[tuple[str, str | None]]:
         """(sort key, embed_model) of every vector item of the user (one Query per 1 MB page, vectors included in
         the bill: a Query is billed on whole items; reindex pays it once)."""
         with self._db.action("index", user_id):
             for page in self._db.query_pages(
-                    KeyConditionExpression="pk = :pk AND begins_with(sk, :p)", ProjectionExpression="sk, embed_model",
-                    ExpressionAttributeValues=to_item({":pk": keys.user_pk(user_id), ":p": keys.VECTOR_PREFIX})):
+                KeyConditionExpression="pk = :pk AND begins_with(sk, :p)",
+                ProjectionExpression="sk, embed_model",
+                ExpressionAttributeValues=to_item({":pk": keys.user_pk(user_id), ":p": keys.VECTOR_PREFIX}),
+            ):
                 for item in page:
                     yield item["sk"]["S"], item.get("embed_model", {}).get("S")
 
@@ -110,8 +133,52 @@ class VectorStore:
         values = {":u": user_id, **({":k": kind} if kind else {})}
         with self._db.action("search", user_id):
             response = self._db.call(
-                "search_vectors", IndexName=VECTOR_INDEX, SearchVector=to_item({"v": number_list(vector)})["v"]["L"],
-                TopK=top_k, SearchConditionExpression="user_id = :u" + (" AND #k = :k" if kind else ""),
-                ExpressionAttributeValues=to_item(values), **({"ExpressionAttributeNames": {"#k": "kind"}}
-                                                              if kind else {}))
+                "search_vectors",
+                IndexName=VECTOR_INDEX,
+                SearchVector=to_item({"v": number_list(vector)})["v"]["L"],
+                TopK=top_k,
+                SearchConditionExpression="user_id = :u" + (" AND #k = :k" if kind else ""),
+                ExpressionAttributeValues=to_item(values),
+                **({"ExpressionAttributeNames": {"#k": "kind"}} if kind else {}),
+            )
         return [Hit(from_item(r["Item"]), float(r["Score"])) for r in response.get("SearchResults", [])]
+
+    # --- what reindex reads ----------------------------------------------------------------------------------
+
+    def chats(self, user_id: str) -> list[dict[str, Any]]:
+        """Every sidebar row of the user (plain values: session_id, title), one Query per 1 MB page."""
+        with self._db.action("index", user_id):
+            rows = partitions.user_items(self._db, user_id, keys.SESSION_PREFIX, consistent=False)
+        return [from_item(row) for row in rows if keys.is_list_sk(row["sk"]["S"])]
+
+    def turns(self, user_id: str, session_id: str) -> list[Message]:
+        """Every turn of one chat, oldest first (eventually consistent: reindex runs behind the chats)."""
+        with self._db.action("index", user_id):
+            return partitions.session_turns(self._db, user_id, session_id, consistent=False)
+
+    def message_counts(self, user_id: str, session_ids: Iterable[str]) -> dict[str, int]:
+        """session_id -> message_count of these chats' metas (BatchGetItem, 100 a request, eventually consistent)."""
+        with self._db.action("index", user_id):
+            metas = self._db.batch_get([keys.meta_key(user_id, s) for s in session_ids], consistent=False)
+        return {m["session_id"]["S"]: int(m.get("message_count", {}).get("N", "0")) for m in metas}
+
+    def memories(self, user_id: str) -> list[Memory]:
+        """The user's memories, oldest first (the memory store's own read)."""
+        from lib.storage.memories import MemoryStore
+
+        return MemoryStore.over(self._db).load(user_id, action="index")[0]
+
+    def memory_models(self, user_id: str) -> dict[str, str]:
+        """memory_id -> embed_model of the user's memories that have a vector (one Query, vectors not read)."""
+        pk, low, high = keys.memory_range(user_id)
+        with self._db.action("index", user_id):
+            items = self._db.query_all(
+                KeyConditionExpression="pk = :pk AND sk BETWEEN :low AND :high",
+                ProjectionExpression="sk, embed_model",
+                ExpressionAttributeValues=to_item({":pk": pk, ":low": low, ":high": high}),
+            )
+        return {
+            keys.memory_id_of(i["sk"]["S"]): i["embed_model"]["S"]
+            for i in items
+            if keys.record_kind(i["sk"]["S"]) == keys.MEMORY and "embed_model" in i
+        }

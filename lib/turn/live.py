@@ -4,6 +4,7 @@ One writer (the worker thread) and any number of readers (the page runs of every
 lock guards the parts list and the outcome together, so a reader never sees `saved` with a shorter text.
 Nothing here touches DynamoDB: watching a live answer costs no request.
 """
+
 from __future__ import annotations
 
 import threading
@@ -17,6 +18,15 @@ STREAMING, SAVING, SAVED = "streaming", "saving", "saved"
 
 
 @dataclass
+class HotCopy:
+    """Owned by the hot tier (lib.hot.tier): which run of the message its Redis copy belongs to (a Retry reuses
+    the message id) and how much of the text the worker has put there."""
+
+    attempt: str
+    sent: int = 0
+
+
+@dataclass
 class LiveAnswer:
     user_id: str
     session_id: str
@@ -25,7 +35,10 @@ class LiveAnswer:
     status: str = STREAMING
     saved: Message | None = None  # set once, with `status` SAVED: the turn as DynamoDB has it now
     renamed: Session | None = None  # a first turn's model-written title, saved before `saved` is set
-    summary: Any = None  # the chat's summary after the post-save work, if it wrote one
+    summary: Any = None  # the chat's summary after the post-save work (see publish_summary)
+    summary_version: int | None = None  # the chat's hot-tier counter after the worker wrote that summary
+    memories_added: tuple = ()  # memories the post-save work kept from the question (see publish_memories)
+    hot: HotCopy | None = None  # the hot tier's record of its copy of this answer (lib.hot; None without it)
     save_error: str | None = None  # the save failed and is being retried (the text stays on screen)
     stop_reason: str | None = None
     hot_version: int | None = None  # the chat's hot-tier change counter after the worker's save (and title)
@@ -78,6 +91,20 @@ class LiveAnswer:
         with self._lock:
             self.saved, self.status, self.save_error = saved, SAVED, None
         self._ended.set()
+
+    def publish_summary(self, summary: Any, version: int | None) -> None:
+        """The worker's post-save summary (the one now stored), and the counter value its write moved to."""
+        with self._lock:
+            self.summary, self.summary_version = summary, version
+
+    def publish_memories(self, memories: tuple) -> None:
+        with self._lock:
+            self.memories_added = tuple(memories)
+
+    @property
+    def is_done(self) -> bool:
+        """The worker has nothing left to do (post-save work included)."""
+        return self._done.is_set()
 
     def done(self) -> None:
         """The worker has nothing left to do (post-save work included)."""

@@ -10,20 +10,21 @@
 stopping the script because the user clicked Stop, another widget, or closed the
 tab. So an interrupted answer is saved as failed with what had arrived, not lost.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Iterator
 
 from lib import logs
-from lib.storage import keys
-from lib.turn.context import Context, loaded_only
 from lib.errors import ChatError, MessageNotPending
-from lib.usage.ledger import Ledger
 from lib.model.models import ChatModel, Reply, Usage
 from lib.model.prompts import system_prompt
+from lib.storage import keys
 from lib.storage.records import Message, Session
 from lib.storage.store import ChatStore
+from lib.turn.context import Context, loaded_only
+from lib.usage.ledger import Ledger
 
 STOPPED = "Stopped before the answer was complete."
 
@@ -71,46 +72,104 @@ class Turn:
         try:
             if reply is not None and reply.complete:
                 self.saved = self.store.finish_message(
-                    self.user_id, self.message, output_body=reply.text, input_token=usage.input_tokens,
-                    output_token=usage.output_tokens, response_start_time=reply.started_at or keys.now(),
-                    response_end_time=reply.ended_at or keys.now(), model=self.model.name, context=seen)
+                    self.user_id,
+                    self.message,
+                    output_body=reply.text,
+                    input_token=usage.input_tokens,
+                    output_token=usage.output_tokens,
+                    response_start_time=reply.started_at or keys.now(),
+                    response_end_time=reply.ended_at or keys.now(),
+                    model=self.model.name,
+                    context=seen,
+                )
             else:
                 self.saved = self.store.fail_message(
-                    self.user_id, self.message, output_body=self.text, error=self.error or STOPPED,
-                    input_token=usage.input_tokens, output_token=usage.output_tokens,
+                    self.user_id,
+                    self.message,
+                    output_body=self.text,
+                    error=self.error or STOPPED,
+                    input_token=usage.input_tokens,
+                    output_token=usage.output_tokens,
                     response_start_time=reply.started_at if reply else None,
-                    response_end_time=reply.ended_at if reply else None, model=self.model.name, context=seen)
+                    response_end_time=reply.ended_at if reply else None,
+                    model=self.model.name,
+                    context=seen,
+                )
             self.save_error = None
             if self.ledger is not None:
                 self.ledger.record_turn(self.user_id, self.saved, usage, self.model.name)
-            logs.event("turn.saved", session_id=self.session.session_id, message_id=self.message.message_id,
-                       outcome=self.saved.status, model=self.model.name, latency_s=self.saved.latency_s(),
-                       input_tokens=usage.input_tokens, output_tokens=usage.output_tokens,
-                       stopped=self.saved.status != "done" and self.error is None)
+            logs.event(
+                "turn.saved",
+                session_id=self.session.session_id,
+                message_id=self.message.message_id,
+                outcome=self.saved.status,
+                model=self.model.name,
+                latency_s=self.saved.latency_s(),
+                input_tokens=usage.input_tokens,
+                output_tokens=usage.output_tokens,
+                stopped=self.saved.status != "done" and self.error is None,
+            )
         except MessageNotPending:
             self.saved = self.message  # the other tab's save stands
         except ChatError as exc:
             self.save_error = exc
-            logs.warning("turn.save_failed", session_id=self.session.session_id, message_id=self.message.message_id,
-                         error_class=type(exc).__name__)
+            logs.warning(
+                "turn.save_failed",
+                session_id=self.session.session_id,
+                message_id=self.message.message_id,
+                error_class=type(exc).__name__,
+            )
         return self.saved
 
 
-def _context(engine, cache, user_id: str, session: Session, question: str, history: list[Message], *,
-             system_prompt_id: str, budget_tokens: int, summary, earlier_turns: int,
-             before: str | None = None) -> Context:
+def _context(
+    engine,
+    cache,
+    user_id: str,
+    session: Session,
+    question: str,
+    history: list[Message],
+    *,
+    system_prompt_id: str,
+    budget_tokens: int,
+    summary,
+    earlier_turns: int,
+    before: str | None = None,
+) -> Context:
     """The SessionContextLoader's context (with an engine: memories, summary, recall), after the commit."""
     if engine is None or cache is None:
-        return loaded_only(system_prompt(system_prompt_id), history, question, budget_tokens=budget_tokens,
-                           earlier_turns=earlier_turns)
-    return engine.context(cache, user_id, session, question, history, summary=summary,
-                          system_prompt_id=system_prompt_id, budget=budget_tokens, earlier_turns=earlier_turns,
-                          before=before)
+        return loaded_only(
+            system_prompt(system_prompt_id), history, question, budget_tokens=budget_tokens, earlier_turns=earlier_turns
+        )
+    return engine.context(
+        cache,
+        user_id,
+        session,
+        question,
+        history,
+        summary=summary,
+        system_prompt_id=system_prompt_id,
+        budget=budget_tokens,
+        earlier_turns=earlier_turns,
+        before=before,
+    )
 
 
-def begin_turn(store: ChatStore, model: ChatModel, user_id: str, session: Session | None, question: str,
-               history: list[Message], *, system_prompt_id: str, budget_tokens: int,
-               ledger: Ledger | None = None, engine=None, cache=None, summary=None) -> Turn:
+def begin_turn(
+    store: ChatStore,
+    model: ChatModel,
+    user_id: str,
+    session: Session | None,
+    question: str,
+    history: list[Message],
+    *,
+    system_prompt_id: str,
+    budget_tokens: int,
+    ledger: Ledger | None = None,
+    engine=None,
+    cache=None,
+    summary=None,
+) -> Turn:
     """Commit the question (create_session or send_message: one transaction), before any model call.
 
     With `engine` (lib.context.engine.ContextEngine) and `cache` (the browser session's ContextCache), the
@@ -120,20 +179,51 @@ def begin_turn(store: ChatStore, model: ChatModel, user_id: str, session: Sessio
         session, message = store.create_session(user_id, question, system_prompt_id=system_prompt_id)
     else:
         session, message = store.send_message(user_id, session, question, system_prompt_id=system_prompt_id)
-    context = _context(engine, cache, user_id, session, question, history, system_prompt_id=system_prompt_id,
-                       budget_tokens=budget_tokens, summary=summary, earlier_turns=session.message_count - 1)
+    context = _context(
+        engine,
+        cache,
+        user_id,
+        session,
+        question,
+        history,
+        system_prompt_id=system_prompt_id,
+        budget_tokens=budget_tokens,
+        summary=summary,
+        earlier_turns=session.message_count - 1,
+    )
     return Turn(store, model, user_id, session, message, context, ledger=ledger)
 
 
-def retry_turn(store: ChatStore, model: ChatModel, user_id: str, session: Session, message: Message,
-               history: list[Message], *, budget_tokens: int, ledger: Ledger | None = None, engine=None,
-               cache=None, summary=None) -> Turn:
+def retry_turn(
+    store: ChatStore,
+    model: ChatModel,
+    user_id: str,
+    session: Session,
+    message: Message,
+    history: list[Message],
+    *,
+    budget_tokens: int,
+    ledger: Ledger | None = None,
+    engine=None,
+    cache=None,
+    summary=None,
+) -> Turn:
     """Regenerate a failed or interrupted turn in place: the same question, no second one (1 UpdateItem)."""
     restarted = store.restart_message(user_id, message)
     earlier = [m for m in history if m.message_id < message.message_id]
     # Every turn before the retried one (the page may hold only some of them).
     preceding = session.message_count - 1 - sum(1 for m in history if m.message_id > message.message_id)
-    context = _context(engine, cache, user_id, session, message.input_body, earlier,
-                       system_prompt_id=message.system_prompt_id, budget_tokens=budget_tokens, summary=summary,
-                       earlier_turns=max(preceding, len(earlier)), before=message.message_id)
+    context = _context(
+        engine,
+        cache,
+        user_id,
+        session,
+        message.input_body,
+        earlier,
+        system_prompt_id=message.system_prompt_id,
+        budget_tokens=budget_tokens,
+        summary=summary,
+        earlier_turns=max(preceding, len(earlier)),
+        before=message.message_id,
+    )
     return Turn(store, model, user_id, session, restarted, context, ledger=ledger)

@@ -8,6 +8,7 @@ fail: 1 UpdateItem, usage into the ledger), then does the post-save work (title,
 A worker that dies with its process leaves the turn pending: after CHAT_PENDING_TIMEOUT_S the page shows it
 as interrupted, with Retry, as before. One instance per process (`st.cache_resource` in lib.web.ui).
 """
+
 from __future__ import annotations
 
 import threading
@@ -16,9 +17,9 @@ import weakref
 from typing import Callable
 
 from lib import logs
-from lib.errors import ChatError, ModelError
+from lib.errors import ChatError, GenerationLimit, ModelError
 from lib.storage.records import DONE, Message
-from lib.turn.live import SAVING, SAVED, LiveAnswer
+from lib.turn.live import SAVED, SAVING, LiveAnswer
 from lib.turn.turns import STOPPED, Turn
 
 UNWATCHED = "Stopped: no open page showed this answer for {seconds:g} s (CHAT_UNWATCHED_STOP_S)."
@@ -30,15 +31,19 @@ KEEP_S = 120.0  # a finished LiveAnswer stays findable this long, for tabs that 
 AfterSave = Callable[[Message, LiveAnswer], None]
 
 
-class GenerationLimit(ChatError):
-    """Too many answers being written at once (per user or per process): nothing was committed."""
-
-
 class Generations:
     _instances: "weakref.WeakSet[Generations]" = weakref.WeakSet()
 
-    def __init__(self, *, per_user: int = 3, per_process: int = 100, unwatched_stop_s: float = 0.0,
-                 save_deadline_s: float = 300.0, save_retry_s: float = SAVE_RETRY_S, hot=None):
+    def __init__(
+        self,
+        *,
+        per_user: int = 3,
+        per_process: int = 100,
+        unwatched_stop_s: float = 0.0,
+        save_deadline_s: float = 300.0,
+        save_retry_s: float = SAVE_RETRY_S,
+        hot=None,
+    ):
         self.per_user, self.per_process = per_user, per_process
         self.unwatched_stop_s = unwatched_stop_s
         self.save_deadline_s, self.save_retry_s = save_deadline_s, save_retry_s
@@ -58,8 +63,11 @@ class Generations:
     def active(self, user_id: str | None = None) -> list[LiveAnswer]:
         """Answers still streaming or saving (for one user, or all)."""
         with self._lock:
-            return [a for a in self._live.values()
-                    if a.status != SAVED and not a._done.is_set() and (user_id is None or a.user_id == user_id)]
+            return [
+                a
+                for a in self._live.values()
+                if a.status != SAVED and not a.is_done and (user_id is None or a.user_id == user_id)
+            ]
 
     def admit(self, user_id: str) -> None:
         """Raise GenerationLimit (a sentence for the user) if one more answer would pass a cap; call before
@@ -67,11 +75,12 @@ class Generations:
         instant can pass a cap by one: the caps bound load, they are not a quota."""
         mine = len(self.active(user_id))
         if mine >= self.per_user:
-            raise GenerationLimit(f"You already have {mine} answer{'' if mine == 1 else 's'} being written (the most at once is "
-                                  f"{self.per_user}). Wait for one to finish or stop one, then send again.")
+            raise GenerationLimit(
+                f"You already have {mine} answer{'' if mine == 1 else 's'} being written (the most at once is "
+                f"{self.per_user}). Wait for one to finish or stop one, then send again."
+            )
         if len(self.active()) >= self.per_process:
-            raise GenerationLimit("The app is writing as many answers as it can right now. "
-                                  "Send again in a moment.")
+            raise GenerationLimit("The app is writing as many answers as it can right now. Send again in a moment.")
 
     def stop(self, message_id: str, reason: str = STOPPED) -> bool:
         """Stop a live answer: the worker closes the model stream at its next chunk and saves it as stopped."""
@@ -92,12 +101,17 @@ class Generations:
             turn.reply.abort()
 
     # --- the worker ---------------------------------------------------------------------------------
-    def start(self, turn: Turn, *, title: Callable[[Turn], object] | None = None,
-              after_save: AfterSave | None = None) -> LiveAnswer:
+    def start(
+        self, turn: Turn, *, title: Callable[[Turn], object] | None = None, after_save: AfterSave | None = None
+    ) -> LiveAnswer:
         """Run the turn's model stream in a worker thread; returns its LiveAnswer at once."""
         live = LiveAnswer(turn.user_id, turn.session.session_id, turn.message.message_id, context=turn.context)
-        thread = threading.Thread(target=self._run, args=(turn, live, title, after_save), daemon=True,
-                                  name=f"generation-{turn.message.message_id}")
+        thread = threading.Thread(
+            target=self._run,
+            args=(turn, live, title, after_save),
+            daemon=True,
+            name=f"generation-{turn.message.message_id}",
+        )
         with self._lock:
             self._prune()
             self._live[live.message_id] = live
@@ -145,8 +159,8 @@ class Generations:
                     hot_at = time.monotonic() + hot_every
         except ModelError:
             pass  # turn.error holds the sentence for the user; the partial answer is saved as failed
-        except Exception as exc:  # a bug: the turn still ends failed (with Retry) rather than pending forever
-            logs.error("generation_crashed", message_id=live.message_id, error_class=type(exc).__name__)
+        except Exception:  # a bug: the turn still ends failed (with Retry) rather than pending forever
+            logs.error("generation_crashed", message_id=live.message_id)
             turn.error = CRASHED
         finally:
             # Closing the Turn's generator closes the Reply's; closing the Reply's source closes the SDK's
@@ -204,9 +218,12 @@ def wait_all_idle(timeout: float = 30.0) -> bool:
 
 def quietly(what: str, work: Callable[[], object]) -> object:
     """Post-save work is worth a log line, never a lost answer: the turn is already saved (each step on its
-    own, so a failed summary does not skip the memories)."""
+    own, so a failed summary does not skip the memories). The model or DynamoDB refusing now is a warning; any
+    other exception is a bug, logged as an error with where it happened (never its message)."""
     try:
         return work()
-    except Exception as exc:
+    except ChatError as exc:
         logs.warning("post_save_failed", step=what, error_class=type(exc).__name__)
-        return None
+    except Exception:
+        logs.error("post_save_crashed", step=what)
+    return None

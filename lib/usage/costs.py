@@ -3,6 +3,7 @@
 Pure functions over `Bucket`s and `Prices`, so every figure on the page is tested without Streamlit. Tables
 use the words a platform owner reads (plain action names, a few categories, "Write units"), never counter names.
 """
+
 from __future__ import annotations
 
 import csv
@@ -17,10 +18,11 @@ from lib.usage.ledger import Bucket
 from lib.usage.pricing import Prices
 from lib.usage.readable import axis_money_format
 
-DESIGN_DYNAMODB_PER_M_TURNS = 11.0  # DESIGN.md: about $11 per 1M turns at its assumptions
+DESIGN_DYNAMODB_PER_M_TURNS = 11.0  # docs/design.md: about $11 per 1M turns at its assumptions
 
 
 # --- the vocabulary ------------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Category:
@@ -43,12 +45,24 @@ CATEGORIES = (
     Category(OTHER, "#9d9d9d", ("other",)),
 )
 ACTION_NAMES = {
-    "create": "Start a chat", "send": "Send a question", "finish": "Save an answer",
-    "fail": "Save a failed or stopped answer", "retry": "Retry an answer", "sidebar": "Load the chat list",
-    "open": "Open a chat", "export": "Export a chat", "rename": "Rename a chat", "title": "Save a generated title",
-    "feedback": "Rate an answer", "summary": "Keep a chat's running summary", "recall": "Recall older turns",
-    "memory": "Read or save memories", "index": "Index chats for search", "search": "Search chats",
-    "ledger": "Record usage (this ledger)", "admin": "Operator commands",
+    "create": "Start a chat",
+    "send": "Send a question",
+    "finish": "Save an answer",
+    "fail": "Save a failed or stopped answer",
+    "retry": "Retry an answer",
+    "sidebar": "Load the chat list",
+    "open": "Open a chat",
+    "export": "Export a chat",
+    "rename": "Rename a chat",
+    "title": "Save a generated title",
+    "feedback": "Rate an answer",
+    "summary": "Keep a chat's running summary",
+    "recall": "Recall older turns",
+    "memory": "Read or save memories",
+    "index": "Index chats for search",
+    "search": "Search chats",
+    "ledger": "Record usage (this ledger)",
+    "admin": "Operator commands",
     "other": "Other requests",
 }
 _CATEGORY_OF = {action: c.name for c in CATEGORIES for action in c.actions}
@@ -70,6 +84,7 @@ def _action_key(action: str) -> tuple[int, str]:
 
 # --- rows ------------------------------------------------------------------------------------------------------
 
+
 def _actions(bucket: Bucket) -> set[str]:
     return {name.split(".", 1)[1] for name in bucket.counters if name.startswith("n.")}
 
@@ -86,13 +101,39 @@ def action_rows(buckets: list[Bucket], prices: Prices) -> pd.DataFrame:
         for a in _actions(b):
             wru, rru = c.get(f"wu.{a}", 0.0), c.get(f"ru.{a}", 0.0)
             vector = c.get(f"vb.{a}", 0.0)
-            rows.append({"day": b.day, "user": b.user, "action": a, "requests": c.get(f"n.{a}", 0.0),
-                         "service_figures": c.get(f"ns.{a}", 0.0), "WRU": wru, "RRU": rru,
-                         "modeled WRU": c.get(f"w.{a}", 0.0), "modeled RRU": c.get(f"r.{a}", 0.0),
-                         "cost": prices.dynamodb(wru, rru), "vector bytes": vector,
-                         "vector cost": prices.vectors(a, vector)})
-    return pd.DataFrame(rows, columns=["day", "user", "action", "requests", "service_figures", "WRU", "RRU",
-                                       "modeled WRU", "modeled RRU", "cost", "vector bytes", "vector cost"])
+            rows.append(
+                {
+                    "day": b.day,
+                    "user": b.user,
+                    "action": a,
+                    "requests": c.get(f"n.{a}", 0.0),
+                    "service_figures": c.get(f"ns.{a}", 0.0),
+                    "WRU": wru,
+                    "RRU": rru,
+                    "modeled WRU": c.get(f"w.{a}", 0.0),
+                    "modeled RRU": c.get(f"r.{a}", 0.0),
+                    "cost": prices.dynamodb(wru, rru),
+                    "vector bytes": vector,
+                    "vector cost": prices.vectors(a, vector),
+                }
+            )
+    return pd.DataFrame(
+        rows,
+        columns=[
+            "day",
+            "user",
+            "action",
+            "requests",
+            "service_figures",
+            "WRU",
+            "RRU",
+            "modeled WRU",
+            "modeled RRU",
+            "cost",
+            "vector bytes",
+            "vector cost",
+        ],
+    )
 
 
 def model_rows(buckets: list[Bucket], prices: Prices) -> pd.DataFrame:
@@ -101,19 +142,40 @@ def model_rows(buckets: list[Bucket], prices: Prices) -> pd.DataFrame:
     for b in buckets:
         c = b.counters
         for m in _models(b):
-            tokens = {k: c.get(f"{p}|{m}", 0.0) for k, p in
-                      (("input", "ti"), ("output", "to"), ("cache read", "tcr"), ("cache write", "tcw"))}
+            tokens = {
+                k: c.get(f"{p}|{m}", 0.0)
+                for k, p in (("input", "ti"), ("output", "to"), ("cache read", "tcr"), ("cache write", "tcw"))
+            }
             cost = prices.tokens(m, tokens["input"], tokens["output"], tokens["cache read"], tokens["cache write"])
-            rows.append({"day": b.day, "user": b.user, "model": m, "calls": c.get(f"tn|{m}", 0.0), **tokens,
-                         "cost": float("nan") if cost is None else cost})
-    return pd.DataFrame(rows, columns=["day", "user", "model", "calls", "input", "output", "cache read",
-                                       "cache write", "cost"])
+            rows.append(
+                {
+                    "day": b.day,
+                    "user": b.user,
+                    "model": m,
+                    "calls": c.get(f"tn|{m}", 0.0),
+                    **tokens,
+                    "cost": float("nan") if cost is None else cost,
+                }
+            )
+    return pd.DataFrame(
+        rows, columns=["day", "user", "model", "calls", "input", "output", "cache read", "cache write", "cost"]
+    )
 
 
 def turn_rows(buckets: list[Bucket]) -> pd.DataFrame:
-    return pd.DataFrame([{"day": b.day, "user": b.user, "done": b.counters.get("t.done", 0.0),
-                          "failed": b.counters.get("t.failed", 0.0), "bytes": b.counters.get("b", 0.0)}
-                         for b in buckets], columns=["day", "user", "done", "failed", "bytes"])
+    return pd.DataFrame(
+        [
+            {
+                "day": b.day,
+                "user": b.user,
+                "done": b.counters.get("t.done", 0.0),
+                "failed": b.counters.get("t.failed", 0.0),
+                "bytes": b.counters.get("b", 0.0),
+            }
+            for b in buckets
+        ],
+        columns=["day", "user", "done", "failed", "bytes"],
+    )
 
 
 def _known_sum(values: pd.Series) -> float:
@@ -126,6 +188,7 @@ def _drop_empty(table: pd.DataFrame, columns: Sequence[str]) -> pd.DataFrame:
 
 
 # --- headline and projection -------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Headline:
@@ -140,7 +203,7 @@ class Headline:
     unknown_models: list[str]
     service_share: float  # of DynamoDB requests whose figure the service reported (0 in local mode)
     estimated: dict[str, str]  # models used here and priced as another (demo -> CHAT_MODEL): model_cost estimates
-    vector_write_bytes: float = 0.0  # VectorWriteRequestBytes (index), seed 004's byte billing
+    vector_write_bytes: float = 0.0  # VectorWriteRequestBytes (index), billed in bytes, not units
     vector_search_bytes: float = 0.0  # VectorSearchRequestBytes (search)
     vector_cost: float = 0.0  # in dynamodb_cost when known; NaN when a vector price is unknown (never $0)
 
@@ -167,14 +230,20 @@ def headline(buckets: list[Bucket], prices: Prices) -> Headline:
     vector_cost = _known_sum(actions["vector cost"])
     return Headline(
         vector_write_bytes=float(actions.loc[~searched, "vector bytes"].sum()),
-        vector_search_bytes=float(actions.loc[searched, "vector bytes"].sum()), vector_cost=vector_cost,
-        turns=int(turns["done"].sum() + turns["failed"].sum()), failed_turns=int(turns["failed"].sum()),
-        wru=float(actions["WRU"].sum()), rru=float(actions["RRU"].sum()), dynamodb_requests=float(requests),
+        vector_search_bytes=float(actions.loc[searched, "vector bytes"].sum()),
+        vector_cost=vector_cost,
+        turns=int(turns["done"].sum() + turns["failed"].sum()),
+        failed_turns=int(turns["failed"].sum()),
+        wru=float(actions["WRU"].sum()),
+        rru=float(actions["RRU"].sum()),
+        dynamodb_requests=float(requests),
         dynamodb_cost=float(actions["cost"].sum()) + storage + (0.0 if math.isnan(vector_cost) else vector_cost),
         storage_cost=storage,
-        model_cost=float(models["cost"].sum(skipna=True)), unknown_models=unknown,
+        model_cost=float(models["cost"].sum(skipna=True)),
+        unknown_models=unknown,
         service_share=float(actions["service_figures"].sum() / requests) if requests else 0.0,
-        estimated={m: as_model for m, as_model in prices.estimated_as.items() if m in used})
+        estimated={m: as_model for m, as_model in prices.estimated_as.items() if m in used},
+    )
 
 
 @dataclass(frozen=True)
@@ -195,25 +264,45 @@ def projection(buckets: list[Bucket], prices: Prices) -> Projection | None:
 
 # --- tables ----------------------------------------------------------------------------------------------------
 
+
 def by_action(buckets: list[Bucket], prices: Prices) -> pd.DataFrame:
     """One row per action, by cost: plain names, requests, billed units, $ and share; columns with nothing left out,
     and the modeled units only where they differ from the billed ones."""
     rows = action_rows(buckets, prices)
     t = rows.groupby("action", as_index=False)[
-        ["requests", "WRU", "RRU", "modeled WRU", "modeled RRU", "service_figures", "cost", "vector bytes"]].sum()
+        ["requests", "WRU", "RRU", "modeled WRU", "modeled RRU", "service_figures", "cost", "vector bytes"]
+    ].sum()
     vector_cost = rows.groupby("action")["vector cost"].agg(_known_sum).reindex(t["action"]).to_numpy()
     total = t["cost"].sum()
-    table = pd.DataFrame({
-        "Action": t["action"].map(action_name), "Category": t["action"].map(category_of),
-        "Requests": t["requests"].astype(int), "Write units": t["WRU"], "Read units": t["RRU"],
-        "DynamoDB $": t["cost"], "Share %": t["cost"] / total * 100 if total else 0.0,
-        "Service-reported requests": t["service_figures"].astype(int),
-        "Modeled write units": t["modeled WRU"], "Modeled read units": t["modeled RRU"],
-        "Billed − modeled units": t["WRU"] + t["RRU"] - t["modeled WRU"] - t["modeled RRU"]})
+    table = pd.DataFrame(
+        {
+            "Action": t["action"].map(action_name),
+            "Category": t["action"].map(category_of),
+            "Requests": t["requests"].astype(int),
+            "Write units": t["WRU"],
+            "Read units": t["RRU"],
+            "DynamoDB $": t["cost"],
+            "Share %": t["cost"] / total * 100 if total else 0.0,
+            "Service-reported requests": t["service_figures"].astype(int),
+            "Modeled write units": t["modeled WRU"],
+            "Modeled read units": t["modeled RRU"],
+            "Billed − modeled units": t["WRU"] + t["RRU"] - t["modeled WRU"] - t["modeled RRU"],
+        }
+    )
     if table["Billed − modeled units"].eq(0).all() and t["WRU"].eq(t["modeled WRU"]).all():
         table = table.drop(columns=["Modeled write units", "Modeled read units"])  # every figure is the model's
-    table = _drop_empty(table, ["Write units", "Read units", "Share %", "Service-reported requests",
-                                "Modeled write units", "Modeled read units", "Billed − modeled units"])
+    table = _drop_empty(
+        table,
+        [
+            "Write units",
+            "Read units",
+            "Share %",
+            "Service-reported requests",
+            "Modeled write units",
+            "Modeled read units",
+            "Billed − modeled units",
+        ],
+    )
     if t["vector bytes"].any():  # vector search is billed in bytes; its $ stays NaN (unknown) without a price
         table["Vector bytes"], table["Vector $"] = t["vector bytes"].to_numpy(), vector_cost
     return table.sort_values(["DynamoDB $", "Requests"], ascending=False).reset_index(drop=True)
@@ -226,8 +315,9 @@ def by_user(buckets: list[Bucket], prices: Prices) -> pd.DataFrame:
     storage = turns.groupby("user")["bytes"].sum().map(prices.storage)
     model = model_rows(buckets, prices).groupby("user")["cost"].agg(_known_sum)
     counts = turns.groupby("user")[["done", "failed"]].sum()
-    table = pd.DataFrame({"Turns": (counts["done"] + counts["failed"]).astype(int),
-                          "Failed or stopped": counts["failed"].astype(int)})
+    table = pd.DataFrame(
+        {"Turns": (counts["done"] + counts["failed"]).astype(int), "Failed or stopped": counts["failed"].astype(int)}
+    )
     estimated = " (est.)" if headline(buckets, prices).estimated else ""
     table["DynamoDB $"] = ddb.add(storage, fill_value=0.0).reindex(table.index, fill_value=0.0)
     table["Model $" + estimated] = model.reindex(table.index, fill_value=0.0)
@@ -244,18 +334,35 @@ def model_label(model: str, prices: Prices) -> str:
 
 def by_model(buckets: list[Bucket], prices: Prices) -> pd.DataFrame:
     """One row per model, by calls: tokens and $ (NaN where the price is unknown); token kinds never used left out."""
-    t = model_rows(buckets, prices).groupby("model", as_index=False).agg(
-        calls=("calls", "sum"), input=("input", "sum"), output=("output", "sum"), cache_read=("cache read", "sum"),
-        cache_write=("cache write", "sum"), cost=("cost", _known_sum))
-    table = pd.DataFrame({"Model": [model_label(m, prices) for m in t["model"]], "Calls": t["calls"].astype(int),
-                          "Input tokens": t["input"].astype(int), "Output tokens": t["output"].astype(int),
-                          "Cache read tokens": t["cache_read"].astype(int),
-                          "Cache write tokens": t["cache_write"].astype(int), "Model $": t["cost"]})
+    t = (
+        model_rows(buckets, prices)
+        .groupby("model", as_index=False)
+        .agg(
+            calls=("calls", "sum"),
+            input=("input", "sum"),
+            output=("output", "sum"),
+            cache_read=("cache read", "sum"),
+            cache_write=("cache write", "sum"),
+            cost=("cost", _known_sum),
+        )
+    )
+    table = pd.DataFrame(
+        {
+            "Model": [model_label(m, prices) for m in t["model"]],
+            "Calls": t["calls"].astype(int),
+            "Input tokens": t["input"].astype(int),
+            "Output tokens": t["output"].astype(int),
+            "Cache read tokens": t["cache_read"].astype(int),
+            "Cache write tokens": t["cache_write"].astype(int),
+            "Model $": t["cost"],
+        }
+    )
     table = _drop_empty(table, ["Input tokens", "Output tokens", "Cache read tokens", "Cache write tokens"])
     return table.sort_values("Calls", ascending=False).reset_index(drop=True)
 
 
 # --- daily charts: every day of the range, zero days too --------------------------------------------------------
+
 
 def daily_dynamodb_by_category(buckets: list[Bucket], prices: Prices, days: Sequence[str]) -> pd.DataFrame:
     """Chart data: DynamoDB $ per day and category (long format), every day, the categories that cost anything."""
@@ -264,8 +371,14 @@ def daily_dynamodb_by_category(buckets: list[Bucket], prices: Prices, days: Sequ
     sums = rows.groupby(["day", "category"])["cost"].sum()
     spent = set(rows.loc[rows["cost"] > 0, "category"])
     order = [c.name for c in CATEGORIES if c.name in spent]
-    return pd.DataFrame([{"day": d, "category": c, "rank": i, "cost": float(sums.get((d, c), 0.0))}
-                         for d in days for i, c in enumerate(order)], columns=["day", "category", "rank", "cost"])
+    return pd.DataFrame(
+        [
+            {"day": d, "category": c, "rank": i, "cost": float(sums.get((d, c), 0.0))}
+            for d in days
+            for i, c in enumerate(order)
+        ],
+        columns=["day", "category", "rank", "cost"],
+    )
 
 
 def daily_tokens_by_model(buckets: list[Bucket], days: Sequence[str]) -> pd.DataFrame:
@@ -274,29 +387,63 @@ def daily_tokens_by_model(buckets: list[Bucket], days: Sequence[str]) -> pd.Data
     rows["tokens"] = rows["input"] + rows["output"] + rows["cache read"] + rows["cache write"]
     sums = rows.groupby(["day", "model"])["tokens"].sum()
     order = sorted(set(rows["model"]))
-    return pd.DataFrame([{"day": d, "model": m, "rank": i, "tokens": int(sums.get((d, m), 0))}
-                         for d in days for i, m in enumerate(order)], columns=["day", "model", "rank", "tokens"])
+    return pd.DataFrame(
+        [
+            {"day": d, "model": m, "rank": i, "tokens": int(sums.get((d, m), 0))}
+            for d in days
+            for i, m in enumerate(order)
+        ],
+        columns=["day", "model", "rank", "tokens"],
+    )
 
 
-def _stacked_by_day(frame: pd.DataFrame, days: Sequence[str], *, series: str, value: str, colours: dict[str, str],
-                    title: str, axis_format: str, tip_format: str) -> dict[str, Any]:
+def _stacked_by_day(
+    frame: pd.DataFrame,
+    days: Sequence[str],
+    *,
+    series: str,
+    value: str,
+    colours: dict[str, str],
+    title: str,
+    axis_format: str,
+    tip_format: str,
+) -> dict[str, Any]:
     """A Vega-Lite spec: one bar per day of `days` (an explicit domain, so a day without usage keeps its place),
     stacked by `series` in `rank` order with fixed colours, dates shown as "Nov 9" in UTC."""
     return {
         "mark": {"type": "bar"},
         "encoding": {
-            "x": {"field": "day", "type": "ordinal", "title": None, "scale": {"domain": list(days)},
-                  "axis": {"labelExpr": "utcFormat(toDate(datum.value), '%b %-d')", "labelAngle": 0,
-                           "labelOverlap": "parity"}},
-            "y": {"field": value, "type": "quantitative", "stack": "zero", "title": title,
-                  "axis": {"format": axis_format, "tickCount": 5}},
-            "color": {"field": series, "type": "nominal", "title": None,
-                      "scale": {"domain": list(colours), "range": list(colours.values())},
-                      "legend": {"orient": "bottom", "direction": "horizontal", "columns": min(3, len(colours))}},
+            "x": {
+                "field": "day",
+                "type": "ordinal",
+                "title": None,
+                "scale": {"domain": list(days)},
+                "axis": {
+                    "labelExpr": "utcFormat(toDate(datum.value), '%b %-d')",
+                    "labelAngle": 0,
+                    "labelOverlap": "parity",
+                },
+            },
+            "y": {
+                "field": value,
+                "type": "quantitative",
+                "stack": "zero",
+                "title": title,
+                "axis": {"format": axis_format, "tickCount": 5},
+            },
+            "color": {
+                "field": series,
+                "type": "nominal",
+                "title": None,
+                "scale": {"domain": list(colours), "range": list(colours.values())},
+                "legend": {"orient": "bottom", "direction": "horizontal", "columns": min(3, len(colours))},
+            },
             "order": {"field": "rank", "type": "quantitative"},
-            "tooltip": [{"field": "day", "type": "nominal", "title": "Day (UTC)"},
-                        {"field": series, "type": "nominal", "title": series.capitalize()},
-                        {"field": value, "type": "quantitative", "title": title, "format": tip_format}],
+            "tooltip": [
+                {"field": "day", "type": "nominal", "title": "Day (UTC)"},
+                {"field": series, "type": "nominal", "title": series.capitalize()},
+                {"field": value, "type": "quantitative", "title": title, "format": tip_format},
+            ],
         },
     }
 
@@ -304,15 +451,31 @@ def _stacked_by_day(frame: pd.DataFrame, days: Sequence[str], *, series: str, va
 def daily_dynamodb_chart(frame: pd.DataFrame, days: Sequence[str]) -> dict[str, Any]:
     colours = {c.name: c.colour for c in CATEGORIES if c.name in set(frame["category"])}
     top = frame.groupby("day")["cost"].sum().max() if not frame.empty else 0.0
-    return _stacked_by_day(frame, days, series="category", value="cost", colours=colours, title="DynamoDB $",
-                           axis_format=axis_money_format(top), tip_format="$,.2~r" if top < 1 else "$,.2f")
+    return _stacked_by_day(
+        frame,
+        days,
+        series="category",
+        value="cost",
+        colours=colours,
+        title="DynamoDB $",
+        axis_format=axis_money_format(top),
+        tip_format="$,.2~r" if top < 1 else "$,.2f",
+    )
 
 
 def daily_tokens_chart(frame: pd.DataFrame, days: Sequence[str]) -> dict[str, Any]:
     models = list(dict.fromkeys(frame["model"]))
     colours = {m: MODEL_COLOURS[i % len(MODEL_COLOURS)] for i, m in enumerate(models)}
-    return _stacked_by_day(frame, days, series="model", value="tokens", colours=colours, title="Tokens",
-                           axis_format=",.2~s", tip_format=",d")
+    return _stacked_by_day(
+        frame,
+        days,
+        series="model",
+        value="tokens",
+        colours=colours,
+        title="Tokens",
+        axis_format=",.2~s",
+        tip_format=",d",
+    )
 
 
 # --- CSV -------------------------------------------------------------------------------------------------------
@@ -343,10 +506,22 @@ def to_csv(frame: pd.DataFrame) -> str:
 
 
 _TURN_COUNTERS = {"t.done": "Turns done", "t.failed": "Turns failed", "b": "Bytes stored"}
-_ACTION_COUNTERS = {"n": "Requests", "wu": "Write units", "ru": "Read units", "w": "Modeled write units",
-                    "r": "Modeled read units", "ns": "Service-reported requests", "vb": "Vector bytes"}
-_MODEL_COUNTERS = {"tn": "Model calls", "ti": "Input tokens", "to": "Output tokens", "tcr": "Cache read tokens",
-                   "tcw": "Cache write tokens"}
+_ACTION_COUNTERS = {
+    "n": "Requests",
+    "wu": "Write units",
+    "ru": "Read units",
+    "w": "Modeled write units",
+    "r": "Modeled read units",
+    "ns": "Service-reported requests",
+    "vb": "Vector bytes",
+}
+_MODEL_COUNTERS = {
+    "tn": "Model calls",
+    "ti": "Input tokens",
+    "to": "Output tokens",
+    "tcr": "Cache read tokens",
+    "tcw": "Cache write tokens",
+}
 
 
 def _counter_column(name: str) -> tuple[tuple, str]:
@@ -369,7 +544,9 @@ def daily_csv(buckets: list[Bucket], prices: Prices) -> str:
     model_column = "Model $" + "".join(f" ({m} priced as {a})" for m, a in prices.estimated_as.items())
     ddb = action_rows(buckets, prices).groupby(["day", "user"])["cost"].sum()
     model = model_rows(buckets, prices).groupby(["day", "user"])["cost"].agg(_known_sum)
-    counters = sorted({n for b in buckets for n in b.counters} | set(_TURN_COUNTERS), key=lambda n: _counter_column(n)[0])
+    counters = sorted(
+        {n for b in buckets for n in b.counters} | set(_TURN_COUNTERS), key=lambda n: _counter_column(n)[0]
+    )
     lines = []
     for b in buckets:
         line = {"Day": b.day, "User": b.user}

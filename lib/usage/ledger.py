@@ -15,21 +15,22 @@ Counter names (flat attributes, kept short so a bucket stays one 1 KB write unit
     t.done / t.failed turns     b bytes of finished turns (storage growth)
     tn|<model> calls  ti|<model> to|<model> tcr|<model> tcw|<model> input/output/cache-read/cache-write tokens
 """
+
 from __future__ import annotations
 
 import atexit
 import threading
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
-from decimal import Decimal
-from typing import Any, Iterable
+from typing import Any
 
+from lib import logs
+from lib.model.models import Usage as TokenUsage
 from lib.storage import keys
 from lib.storage.capacity import Meter, Usage
-from lib.model.models import Usage as TokenUsage
 from lib.storage.records import DONE, Message
-from lib import logs
-from lib.storage.gateway import Gateway, from_item, to_item
+from lib.storage.usage import UsageBuckets
 
 SYSTEM_USER = "(system)"  # operator commands carry no user
 
@@ -43,14 +44,9 @@ class Bucket:
     counters: dict[str, float]
 
 
-def _number(value: float) -> Decimal:
-    """DynamoDB numbers are decimals: counts are integers, capacity units halves at finest."""
-    return Decimal(int(value)) if float(value).is_integer() else Decimal(repr(float(value)))
-
-
 class Ledger:
     def __init__(self, client: Any, table: str, meter: Meter, *, flush_interval_s: float = 300.0):
-        self._db = Gateway(client, table, meter)
+        self._buckets = UsageBuckets(client, table, meter)
         self._meter = meter
         self.flush_interval_s = flush_interval_s
         self._lock = threading.Lock()
@@ -97,8 +93,13 @@ class Ledger:
 
     @staticmethod
     def _token_counts(model: str, tokens: TokenUsage) -> dict[str, float]:
-        return {f"tn|{model}": 1, f"ti|{model}": tokens.input_tokens, f"to|{model}": tokens.output_tokens,
-                f"tcr|{model}": tokens.cache_read_tokens, f"tcw|{model}": tokens.cache_write_tokens}
+        return {
+            f"tn|{model}": 1,
+            f"ti|{model}": tokens.input_tokens,
+            f"to|{model}": tokens.output_tokens,
+            f"tcr|{model}": tokens.cache_read_tokens,
+            f"tcw|{model}": tokens.cache_write_tokens,
+        }
 
     # --- flushing -----------------------------------------------------------
 
@@ -119,15 +120,9 @@ class Ledger:
         return len(pending)
 
     def _write(self, day: str, user: str, counts: dict[str, float]) -> None:
-        names = {f"#c{i}": name for i, name in enumerate(counts)}
-        values = {f":c{i}": _number(value) for i, value in enumerate(counts.values())}
-        with self._db.action("ledger", None if user == SYSTEM_USER else user):
-            self._db.call(
-                "update_item", Key=to_item(keys.usage_key(day, user)),
-                UpdateExpression="ADD " + ", ".join(f"#c{i} :c{i}" for i in range(len(counts))),
-                ExpressionAttributeNames=names, ExpressionAttributeValues=to_item(values))
+        self._buckets.add(day, user, counts, billed_to=None if user == SYSTEM_USER else user)
 
-    def start(self) -> "Ledger":
+    def start(self) -> Ledger:
         """Flush in the background every interval, and once more when the process exits normally."""
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name="usage-ledger", daemon=True)
@@ -139,14 +134,14 @@ class Ledger:
         while not self._stop.wait(self.flush_interval_s):
             try:
                 self.flush()
-            except Exception:  # DynamoDB unavailable: the counts stay buffered for the next try
+            except Exception:  # noqa: BLE001 (DynamoDB unavailable: the counts stay buffered for the next try)
                 logs.error("ledger.flush_failed", buckets=len(self._buffer))
 
     def close(self) -> None:
         self._stop.set()
         try:
             self.flush(final=True)
-        except Exception:  # at shutdown there is no next try: the loss bound of the module docstring
+        except Exception:  # noqa: BLE001 (at shutdown there is no next try: the module docstring's loss bound)
             logs.error("ledger.final_flush_failed", buckets=len(self._buffer))
 
     # --- reading --------------------------------------------------------------
@@ -156,21 +151,17 @@ class Ledger:
         with self._lock:
             return [Bucket(day, user, dict(counts)) for (day, user), counts in sorted(self._buffer.items())]
 
-    def read(self, days: Iterable[str], *, user: str | None = None, reader: str | None = None,
-             include_unflushed: bool = True) -> list[Bucket]:
+    def read(
+        self, days: Iterable[str], *, user: str | None = None, reader: str | None = None, include_unflushed: bool = True
+    ) -> list[Bucket]:
         """Buckets of these days: every user's (one Query per day), or only `user`'s (one BatchGetItem per 100 days).
 
         `reader` is who asked (metered as their "ledger" action); it defaults to `user`.
         """
         days = list(days)
         found: dict[tuple[str, str], dict[str, float]] = defaultdict(lambda: defaultdict(float))
-        with self._db.action("ledger", reader or user):
-            items = self._read_user(days, user) if user is not None else self._read_all(days)
-        for item in items:
-            plain = from_item(item)
-            day = plain.pop("pk").removeprefix(keys.USAGE_PREFIX)
-            owner = plain.pop("sk").removeprefix(keys.USER_PREFIX)
-            for name, value in plain.items():
+        for day, owner, counters in self._buckets.read(days, user=user, billed_to=reader or user):
+            for name, value in counters.items():
                 found[(day, owner)][name] += float(value)
         if include_unflushed:
             for bucket in self.pending():
@@ -178,13 +169,3 @@ class Ledger:
                     for name, value in bucket.counters.items():
                         found[(bucket.day, bucket.user)][name] += value
         return [Bucket(day, owner, dict(counts)) for (day, owner), counts in sorted(found.items())]
-
-    def _read_all(self, days: list[str]) -> list[dict]:
-        items: list[dict] = []
-        for day in days:
-            items += self._db.query_all(KeyConditionExpression="pk = :pk",
-                                        ExpressionAttributeValues=to_item({":pk": keys.USAGE_PREFIX + day}))
-        return items
-
-    def _read_user(self, days: list[str], user: str) -> list[dict]:
-        return self._db.batch_get([keys.usage_key(day, user) for day in days], consistent=False)

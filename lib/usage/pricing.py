@@ -2,6 +2,7 @@
 
 A model without a price is "price unknown", never $0: an unknown cost must not look free.
 """
+
 from __future__ import annotations
 
 import json
@@ -31,7 +32,7 @@ class Prices:
     models: dict[str, tuple[float, float]]
     # A model priced as another for an estimate (the free demo as CHAT_MODEL): shown as such, never as a bill.
     estimated_as: dict[str, str] = field(default_factory=dict)
-    # USD per GB of vector index writes / vector searches (seed 004: billed in bytes); None: unknown, never $0.
+    # USD per GB of vector index writes / vector searches (billed in bytes, not units); None: unknown, never $0.
     vector_write_per_gb: float | None = None
     vector_search_per_gb: float | None = None
 
@@ -54,9 +55,14 @@ class Prices:
         def per_gb(text: str) -> float | None:
             return float(text) if text else None
 
-        return cls(settings.price_wru_per_m, settings.price_rru_per_m, settings.price_storage_gb_month, models,
-                   vector_write_per_gb=per_gb(getattr(settings, "price_vector_write_per_gb", "")),
-                   vector_search_per_gb=per_gb(getattr(settings, "price_vector_search_per_gb", "")))
+        return cls(
+            settings.price_wru_per_m,
+            settings.price_rru_per_m,
+            settings.price_storage_gb_month,
+            models,
+            vector_write_per_gb=per_gb(getattr(settings, "price_vector_write_per_gb", "")),
+            vector_search_per_gb=per_gb(getattr(settings, "price_vector_search_per_gb", "")),
+        )
 
     def with_demo_priced_as(self, model: str) -> "Prices":
         """These prices with the free demo model's tokens priced as `model`'s, so a demo shows what Claude would
@@ -89,11 +95,16 @@ class Prices:
                 return price
         return None
 
-    def tokens(self, model: str, input_tokens: float, output_tokens: float, cache_read: float = 0,
-               cache_write: float = 0) -> float | None:
+    def tokens(
+        self, model: str, input_tokens: float, output_tokens: float, cache_read: float = 0, cache_write: float = 0
+    ) -> float | None:
         price = self.model_price(model)
         if price is None:
             return None
         per_in, per_out = price
-        return (input_tokens * per_in + output_tokens * per_out + cache_read * per_in * CACHE_READ_FACTOR
-                + cache_write * per_in * CACHE_WRITE_FACTOR) / 1e6
+        return (
+            input_tokens * per_in
+            + output_tokens * per_out
+            + cache_read * per_in * CACHE_READ_FACTOR
+            + cache_write * per_in * CACHE_WRITE_FACTOR
+        ) / 1e6

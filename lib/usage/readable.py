@@ -1,4 +1,5 @@
 """Numbers as a platform owner reads them: dollars with sensible precision, shares, counts, chart and table formats."""
+
 from __future__ import annotations
 
 import math

@@ -9,6 +9,7 @@ standard JWT libraries refuse its tokens; this module verifies them with `crypto
 Anyone can send this header to an app reachable around the load balancer, so nothing in it is trusted
 before the signature, the signer and the expiry are checked.
 """
+
 from __future__ import annotations
 
 import base64
@@ -50,15 +51,23 @@ def _b64(part: str) -> bytes:
 
 def _refuse(reason: str) -> NotAuthenticated:
     logs.warning("identity.alb_token_refused", reason=reason)
-    return NotAuthenticated("Your sign-in could not be verified. Open the app through the company sign-in "
-                            "(reload the page to sign in again).")
+    return NotAuthenticated(
+        "Your sign-in could not be verified. Open the app through the company sign-in "
+        "(reload the page to sign in again)."
+    )
 
 
 class AlbVerifier:
     """Verifies ALB tokens for one load balancer; public keys are fetched once per key id and kept."""
 
-    def __init__(self, alb_arn: str, key_url: str = "", *, timeout_s: float = KEY_TIMEOUT_S,
-                 clock: Callable[[], float] = time.time):
+    def __init__(
+        self,
+        alb_arn: str,
+        key_url: str = "",
+        *,
+        timeout_s: float = KEY_TIMEOUT_S,
+        clock: Callable[[], float] = time.time,
+    ):
         self.alb_arn = alb_arn
         self.key_url = (key_url or default_key_url(alb_arn)).rstrip("/")
         self.timeout_s = timeout_s
@@ -120,7 +129,8 @@ class AlbVerifier:
             logs.warning("identity.alb_key_unavailable", error_class=type(exc).__name__)
             raise NotAuthenticated(
                 f"Your sign-in could not be checked: the load balancer's key server did not answer within "
-                f"{self.timeout_s:g} s. Nothing was lost; reload the page in a moment.") from None
+                f"{self.timeout_s:g} s. Nothing was lost; reload the page in a moment."
+            ) from None
         try:
             key = load_pem_public_key(pem)
         except ValueError:

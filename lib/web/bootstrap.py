@@ -1,4 +1,5 @@
 """The start every page shares: page settings, style, services, the signed-in user (or a sign-in screen)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -1,34 +1,33 @@
 """The chat page in parts (sidebar, banner, header, turns, the composer), so app.py reads as the page's outline.
 
-State lives in lib.web.chat_view (what is loaded), the turn's order in lib.turn.turns, what happens around a
-turn in lib.turn.flow; this module only draws and routes clicks.
+State lives in lib.web.chat_view (what is loaded); every write and every turn goes through the chat service
+(lib.turn.chat.ChatService, `svc.chat`), which owns a turn's life; this module only draws and routes clicks.
 """
+
 from __future__ import annotations
 
 import re
 
 import streamlit as st
 
+from lib import export
 from lib.context.cache import cache_in
-from lib.context.engine import ContextEngine
 from lib.context.summaries import divider_label
 from lib.errors import ChatError
 from lib.storage.itemsize import ITEM_LIMIT_BYTES
-from lib.storage.records import DONE, FAILED, PENDING, Message
-from lib.turn.flow import ContextNotes, title_first_turn
-from lib.turn.turns import Turn, begin_turn, retry_turn
-from lib.turn.worker import quietly
-from lib.search.indexer import index_turn_after_save
-from lib import export
+from lib.storage.records import DONE, FAILED, INTERRUPTED, PENDING, Message
 from lib.web import live_view, turn_view, ui
 from lib.web.bootstrap import PageStart
-from lib.web.live_turns import LiveTurns
+from lib.web.chat_view import ContextNotes
+from lib.web.live_turns import AFTER_SAVE, LiveTurns
 from lib.web.render import plain_label
 from lib.web.stream_render import render_markdown
 
-SUGGESTIONS = ["How should I design a DynamoDB table for chat history?",
-               "Draft a short email asking my team for a decision by Friday",
-               "Explain this Python error: KeyError: 'user_id'"]
+SUGGESTIONS = [
+    "How should I design a DynamoDB table for chat history?",
+    "Draft a short email asking my team for a decision by Friday",
+    "Explain this Python error: KeyError: 'user_id'",
+]
 RENAME_POPOVER = "rename-popover"
 COMPOSER = "composer"
 SCROLL_TO = "scroll_to_turn"  # a turn a link pointed at, scrolled to on the next draw
@@ -41,12 +40,10 @@ TYPE_AHEAD = "type_ahead"  # set when a question was refused because this chat's
 class ChatPage(LiveTurns):
     def __init__(self, start: PageStart):
         self.svc, self.me = start.svc, start.me
-        self.settings, self.store, self.model, self.ledger = \
-            start.svc.settings, start.svc.store, start.svc.model, start.svc.ledger
+        self.settings, self.store, self.model = start.svc.settings, start.svc.store, start.svc.model
+        self.chat = start.svc.chat  # every write and every turn
         self.view = ui.chat_view(self.me.user_id)
-        self.generations = ui.generations(self.settings)
-        self.hot = self.generations.hot  # lib.hot.tier.HotTier with CHAT_REDIS_URL, else None
-        self.engine = ContextEngine.from_services(start.svc)
+        self.hot = start.svc.hot  # lib.hot.tier.HotTier with CHAT_REDIS_URL, else None
         self.cache = cache_in(st.session_state)
         self.notes: ContextNotes = st.session_state.setdefault("context_notes", ContextNotes())
         self.welcome = None
@@ -72,8 +69,13 @@ class ChatPage(LiveTurns):
             return
         pages = 0
         # Turn ids are ULIDs: they sort by time, so only an id older than the oldest loaded turn is paged to.
-        while view.open_id and view.messages and turn_id < view.messages[0].message_id \
-                and view.older_cursor and pages < MAX_TURN_PAGES:
+        while (
+            view.open_id
+            and view.messages
+            and turn_id < view.messages[0].message_id
+            and view.older_cursor
+            and pages < MAX_TURN_PAGES
+        ):
             view.load_earlier(self.store)
             pages += 1
         if turn_id in {m.message_id for m in view.messages}:
@@ -103,16 +105,24 @@ class ChatPage(LiveTurns):
                     heading = ui.day_group(row.last_message_time)
                     st.caption(heading)
                 current = row.session_id == view.open_id
-                st.button(plain_label(row.title), key=f"open-{row.session_id}", type="primary" if current else "tertiary",
-                          help=f"Last message {ui.relative_time(row.last_message_time)}", width="stretch",
-                          on_click=self.go_to, args=(row.session_id,))
+                st.button(
+                    plain_label(row.title),
+                    key=f"open-{row.session_id}",
+                    type="primary" if current else "tertiary",
+                    help=f"Last message {ui.relative_time(row.last_message_time)}",
+                    width="stretch",
+                    on_click=self.go_to,
+                    args=(row.session_id,),
+                )
             if view.sidebar_cursor and st.button("Load more", icon=":material/expand_more:", width="stretch"):
                 with ui.errors_shown():
                     view.load_more_sessions(self.store)
                     st.rerun()
             st.divider()
-            st.caption(f"Signed in as **{plain_label(self.me.display)}**"
-                       + (" · development identity, no SSO" if self.me.mode == "dev" else ""))
+            st.caption(
+                f"Signed in as **{plain_label(self.me.display)}**"
+                + (" · development identity, no SSO" if self.me.mode == "dev" else "")
+            )
             st.caption(f"Data: {self.svc.database.where}")
             st.caption(f"Model: {self.model.provider} · {self.model.name}")
 
@@ -126,9 +136,12 @@ class ChatPage(LiveTurns):
         if self.me.mode == "dev":
             notes.append(("dev sign-in", f"a development sign-in ({self.me.display})"))
         if notes:
-            st.caption(":blue-badge[:material/science: Demo mode] " + ", ".join(short for short, _ in notes)
-                       + " · nothing leaves this machine",
-                       help="Running on " + ", ".join(long for _, long in notes) + ".")
+            st.caption(
+                ":blue-badge[:material/science: Demo mode] "
+                + ", ".join(short for short, _ in notes)
+                + " · nothing leaves this machine",
+                help="Running on " + ", ".join(long for _, long in notes) + ".",
+            )
 
     # --- the open chat ------------------------------------------------------------------------------
     def header(self) -> None:
@@ -146,18 +159,27 @@ class ChatPage(LiveTurns):
                     st.error(st.session_state.pop("rename_error"), icon=":material/error:")
             with st.popover("Export", icon=":material/download:"):
                 user_id = self.me.user_id
-                st.download_button("Markdown", on_click="ignore", file_name=f"{session.title[:40]}.md",
-                                   mime="text/markdown", data=lambda: export.to_markdown(
-                                       session, self.store.all_messages(user_id, session.session_id)))
-                st.download_button("JSON", on_click="ignore", file_name=f"{session.title[:40]}.json",
-                                   mime="application/json", data=lambda: export.to_json(
-                                       session, self.store.all_messages(user_id, session.session_id)))
+                st.download_button(
+                    "Markdown",
+                    on_click="ignore",
+                    file_name=f"{session.title[:40]}.md",
+                    mime="text/markdown",
+                    data=lambda: export.to_markdown(session, self.store.all_messages(user_id, session.session_id)),
+                )
+                st.download_button(
+                    "JSON",
+                    on_click="ignore",
+                    file_name=f"{session.title[:40]}.json",
+                    mime="application/json",
+                    data=lambda: export.to_json(session, self.store.all_messages(user_id, session.session_id)),
+                )
 
     def _rename(self, key: str) -> None:
         """Runs before the page: a saved rename closes the popover; a failed one keeps it open with the error."""
         try:
-            self.view.renamed(self.store.rename_session(self.me.user_id, self.view.session, st.session_state[key]))
-            self._bump(self.view.open_id)
+            written = self.chat.rename(self.me.user_id, self.view.session, st.session_state[key])
+            self.view.renamed(written.value)
+            self._adopt(written.value.session_id, written.version)
             st.session_state[RENAME_POPOVER] = False
         except ChatError as exc:
             st.session_state["rename_error"] = str(exc)
@@ -174,8 +196,9 @@ class ChatPage(LiveTurns):
         number = view.session.message_count - len(view.messages) + 1
         for index, page in enumerate(pages):
             target = st.session_state.get(SCROLL_TO) in {m.message_id for m in page}
-            box = turn_view.older_page(view.open_id, number, page, generation=len(view.messages),
-                                       top=index == 0 or target)
+            box = turn_view.older_page(
+                view.open_id, number, page, generation=len(view.messages), top=index == 0 or target
+            )
             if box.open:
                 with box:
                     for message in page:
@@ -221,19 +244,20 @@ class ChatPage(LiveTurns):
     def _regenerate_summary(self) -> None:
         """Runs before the page (a model call, then 1 conditional PutItem); an error is shown on the page."""
         try:
-            outcome = self.engine.regenerate_summary(self.me.user_id, self.view.open_id, self.view.summary)
-            if outcome.summary is not None:
-                self.view.summary = outcome.summary
+            written = self.chat.regenerate_summary(self.me.user_id, self.view.open_id, self.view.summary)
+            if written.value.summary is not None:
+                self.view.summary = written.value.summary
+            self._adopt(self.view.open_id, written.version)
         except ChatError as exc:
             st.session_state["summary_error"] = str(exc)
 
     def answer(self, m: Message) -> None:
-        live = self.generations.get(m.message_id) if m.status == PENDING else None
+        live = self.chat.live(m.message_id) if m.status == PENDING else None
         source, remote = (lambda: live), False
         if live is None and m.status == PENDING and self.hot is not None:
-            live = self.hot.live(m.message_id)  # another replica is writing it
-            hot, message_id, remote = self.hot, m.message_id, True
-            source = lambda: hot.live(message_id)  # noqa: E731 (a fresh snapshot per read)
+            live = self.chat.remote(m.message_id)  # another replica is writing it
+            chat, message_id, remote = self.chat, m.message_id, True
+            source = lambda: chat.remote(message_id)  # noqa: E731 (a fresh snapshot per read)
         if live is not None and live.given_up:
             live = None  # its worker ended without saving: shown as DynamoDB has it, interrupted, with Retry
         if live is not None and live.saved is None:
@@ -250,14 +274,15 @@ class ChatPage(LiveTurns):
             self._answer_footer(m)
             return
         if m.status == FAILED or m.is_stale(self.settings.pending_timeout_s) or self.orphaned(m):
-            reason = m.error if m.status == FAILED else \
-                "Interrupted: the answer never finished (the app stopped before it could save it)."
+            reason = m.error if m.status == FAILED else INTERRUPTED
             st.warning(reason, icon=":material/error:")
             if st.button("Retry", key=f"retry-{m.message_id}", icon=":material/refresh:"):
                 self.retry(m)
             return
-        st.info("The answer is still being written (by another copy of the app). It shows here once it is saved.",
-                icon=":material/hourglass_top:")
+        st.info(
+            "The answer is still being written (by another copy of the app). It shows here once it is saved.",
+            icon=":material/hourglass_top:",
+        )
         if st.button("Refresh", key=f"refresh-{m.message_id}"):
             with ui.errors_shown():
                 self.view.navigate(self.store, self.view.open_id, self.hot)
@@ -281,13 +306,17 @@ class ChatPage(LiveTurns):
 
     def retry(self, m: Message) -> None:
         with ui.errors_shown():
-            self.generations.admit(self.me.user_id)
-            turn = retry_turn(self.store, self.model, self.me.user_id, self.view.session, m, self.view.messages,
-                              budget_tokens=self.settings.context_tokens, ledger=self.ledger,
-                              engine=self.engine, cache=self.cache, summary=self.view.summary)
-            self.view.saved(turn.message)
-            self._bump(turn.session.session_id)
-            self.start(turn, first=False)
+            sent = self.chat.retry(
+                self.me.user_id,
+                self.view.session,
+                m,
+                history=self.view.messages,
+                summary=self.view.summary,
+                cache=self.cache,
+            )
+            self.view.saved(sent.message)
+            self._adopt(sent.session.session_id, sent.version)
+            self._after_save_expected(sent)
             st.rerun()
 
     def _answer_footer(self, m: Message) -> None:
@@ -303,41 +332,21 @@ class ChatPage(LiveTurns):
         if m.output_truncated:
             st.caption(f"The answer was cut to fit the {ITEM_LIMIT_BYTES // 1024} KB storage limit.")
         known = self.cache.memory.get(self.me.user_id)
-        turn_view.model_saw(m, {t.message_id: t for t in self.view.messages},
-                            {x.memory_id: x.text for x in known.memories} if known else {})
+        turn_view.model_saw(
+            m,
+            {t.message_id: t for t in self.view.messages},
+            {x.memory_id: x.text for x in known.memories} if known else {},
+        )
         with st.container(horizontal=True, vertical_alignment="center", gap="small"):
             value = st.feedback("thumbs", key=f"fb-{m.message_id}", default=m.feedback)
             turn_view.copy_control(m)
         if value != m.feedback:
             with ui.errors_shown():
-                self.view.saved(self.store.set_feedback(self.me.user_id, m, value))
-                self._bump(m.session_id)
+                written = self.chat.set_feedback(self.me.user_id, m, value)
+                self.view.saved(written.value)
+                self._adopt(m.session_id, written.version)
 
-    # --- a turn, generated by a worker ----------------------------------------------------------------
-    def start(self, turn: Turn, *, first: bool) -> None:
-        """Hand the committed turn to this process's worker; the page only watches it from here on.
-
-        The worker gets what the post-save work needs (the engine, this browser session's ContextCache, the
-        turns and summary the page had), never st.session_state itself: it runs after this run is gone."""
-        user, engine, cache, summary = self.me.user_id, self.engine, self.cache, self.view.summary
-        history = list(self.view.messages)
-        store, model, ledger = self.store, self.model, self.ledger
-
-        def title(t: Turn):
-            return title_first_turn(store, model, ledger, user, t, t.message.input_body)
-
-        def after_save(saved: Message, live) -> None:
-            turns = [saved if m.message_id == saved.message_id else m for m in history]
-            outcome = quietly("summary", lambda: engine.summarize_after_save(user, turn.session, turns, summary))
-            live.summary = outcome.summary if outcome is not None else None
-            title = (live.renamed or turn.session).title
-            quietly("index", lambda: index_turn_after_save(engine.indexer, user, title, saved))  # for Search
-            added = quietly("memories", lambda: engine.extract_memories_after_save(cache, user, saved))
-            for memory in getattr(added, "added", []) if engine.indexer is not None else []:
-                quietly("index_memory", lambda m=memory: engine.indexer.index_memory(user, m))
-
-        self.generations.start(turn, title=title if first else None, after_save=after_save)
-
+    # --- a turn, answered by a worker -----------------------------------------------------------------
     def ask(self, question: str) -> None:
         if not question.strip():
             return  # an empty or whitespace-only question is ignored
@@ -345,34 +354,51 @@ class ChatPage(LiveTurns):
         in_place = self._sidebar_stays()
         with ui.errors_shown():
             try:
-                self.generations.admit(self.me.user_id)
-                turn = begin_turn(self.store, self.model, self.me.user_id, self.view.session, question,
-                                  self.view.messages, system_prompt_id=self.settings.system_prompt_id,
-                                  budget_tokens=self.settings.context_tokens, ledger=self.ledger,
-                                  engine=self.engine, cache=self.cache, summary=self.view.summary)
+                sent = self.chat.ask(
+                    self.me.user_id,
+                    self.view.session,
+                    question,
+                    history=self.view.messages,
+                    summary=self.view.summary,
+                    cache=self.cache,
+                )
             except ChatError:
                 st.session_state["unsent"] = question  # nothing typed is lost
                 raise
-            self.view.committed(turn.session, turn.message)
-            st.query_params["session"] = turn.session.session_id
-            self._bump(turn.session.session_id, new=first)
-            self.start(turn, first=first)
+            self.view.committed(sent.session, sent.message)
+            st.query_params["session"] = sent.session.session_id
+            if first:
+                self.view.version = sent.version  # a chat just created: nobody else can have written to it
+            else:
+                self._adopt(sent.session.session_id, sent.version)
+            self._after_save_expected(sent)
             if not in_place:
                 st.rerun()
-            self._turn(turn.message)  # under the turns this run drew; follow_live follows its answer
+            self._turn(sent.message)  # under the turns this run drew; follow_live follows its answer
+
+    @staticmethod
+    def _after_save_expected(sent) -> None:
+        """This browser session applies what the turn's post-save work publishes (a summary, memories) once
+        its worker is done, even if the page shows another chat by then (lib.web.live_turns.sync_live)."""
+        st.session_state.setdefault(AFTER_SAVE, {})[sent.message.message_id] = sent.session.session_id
 
     def _sidebar_stays(self) -> bool:
         """A follow-up in the chat at the top of the sidebar, under a heading that stays ('Today'), changes
         nothing this run has drawn above the new turn: the turn is drawn in place, under the others, instead
         of rerunning the page (a rerun sends every turn on screen again)."""
         top = self.view.sidebar[0] if self.view.sidebar else None
-        return (self.view.session is not None and top is not None and top.session_id == self.view.open_id
-                and ui.day_group(top.last_message_time) == "Today")
+        return (
+            self.view.session is not None
+            and top is not None
+            and top.session_id == self.view.open_id
+            and ui.day_group(top.last_message_time) == "Today"
+        )
 
     # --- the empty page and the composer ------------------------------------------------------------
     def not_found(self) -> None:
-        st.warning("Chat not found. It may belong to another account, or the link is incomplete.",
-                   icon=":material/search_off:")
+        st.warning(
+            "Chat not found. It may belong to another account, or the link is incomplete.", icon=":material/search_off:"
+        )
         st.button("Start a new chat", on_click=self.go_to, args=(None,))
 
     def welcome_screen(self) -> None:
@@ -386,10 +412,12 @@ class ChatPage(LiveTurns):
                         self.suggested = suggestion
             if self.svc.database.local and not self.view.sidebar:
                 st.divider()
-                st.caption("A fresh local install. For a demo, fill it with three weeks of chats by five colleagues "
-                           "(you among them); the usage & cost page then has something to show.")
+                st.caption(
+                    "A fresh local install. For a demo, fill it with three weeks of chats by five colleagues "
+                    "(you among them); the usage & cost page then has something to show."
+                )
                 if st.button("Load demo history", icon=":material/auto_awesome:"):
-                    from lib.ops.seed import seed_demo
+                    from lib.turn.demo import seed_demo  # imported on the click: most pages never need it
 
                     with st.spinner("Writing three weeks of demo chats through the real store…"):
                         seed_demo(self.svc)
@@ -398,16 +426,18 @@ class ChatPage(LiveTurns):
 
     def composer(self) -> None:
         if st.session_state.pop(TYPE_AHEAD, False):
-            st.info("Not sent yet: the answer above is still being written. Your message is kept in the box; "
-                    "send it once the answer is finished, or Stop the answer first.", icon=":material/schedule:")
+            st.info(
+                "Not sent yet: the answer above is still being written. Your message is kept in the box; "
+                "send it once the answer is finished, or Stop the answer first.",
+                icon=":material/schedule:",
+            )
         question = st.chat_input("Ask anything…", key=COMPOSER, on_submit=self._refuse_type_ahead) or self.suggested
         if question:
             st.session_state.pop("unsent", None)
             self.ask(question)
         unsent = st.session_state.get("unsent")
         if unsent:
-            st.text_area("Your message was not sent. Copy or shorten it, then send it again:", value=unsent,
-                         height=150)
+            st.text_area("Your message was not sent. Copy or shorten it, then send it again:", value=unsent, height=150)
             if st.button("Dismiss"):
                 del st.session_state["unsent"]
                 st.rerun()

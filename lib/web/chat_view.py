@@ -6,8 +6,10 @@ changes nothing costs no DynamoDB request: it queries only on a full page load
 applies the results of our own writes (send, finish, rename, feedback) instead of
 reading them back.
 """
+
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 
 from lib.errors import SessionNotFound
@@ -59,8 +61,13 @@ class ChatView:
             if hot is not None:
                 hot.cache_view(self.user_id, session_id, view, at)
                 self.version = at
-        self.open_id, self.session, self.messages, self.older_cursor, self.summary = \
-            session_id, view.session, view.messages, view.cursor, view.summary
+        self.open_id, self.session, self.messages, self.older_cursor, self.summary = (
+            session_id,
+            view.session,
+            view.messages,
+            view.cursor,
+            view.summary,
+        )
 
     def load_earlier(self, store: ChatStore) -> None:
         view = store.open_session(self.user_id, self.open_id, cursor=self.older_cursor)
@@ -80,9 +87,36 @@ class ChatView:
     def renamed(self, session: Session) -> None:
         self.session = session
         if self.sidebar is not None:
-            self.sidebar = [replace(s, title=session.title) if s.session_id == session.session_id else s
-                            for s in self.sidebar]
+            self.sidebar = [
+                replace(s, title=session.title) if s.session_id == session.session_id else s for s in self.sidebar
+            ]
 
     def _to_top(self, summary: SessionSummary) -> None:
         rest = [s for s in self.sidebar or [] if s.session_id != summary.session_id]
         self.sidebar = [summary] + rest
+
+
+MAX_CONTEXT_NOTES = 100  # a note matters while its turn is on screen; older ones are dropped
+
+
+class ContextNotes:
+    """The context loader's sentence under an answer (what was summarised or left out), by message id, in
+    session state: bounded, so a long chat does not grow the browser session."""
+
+    def __init__(self, limit: int = MAX_CONTEXT_NOTES):
+        self._notes: OrderedDict[str, str] = OrderedDict()
+        self._limit = limit
+
+    def add(self, message_id: str, note: str | None) -> None:
+        if note is None:
+            return
+        self._notes[message_id] = note
+        self._notes.move_to_end(message_id)
+        while len(self._notes) > self._limit:
+            self._notes.popitem(last=False)
+
+    def get(self, message_id: str) -> str | None:
+        return self._notes.get(message_id)
+
+    def __len__(self) -> int:
+        return len(self._notes)

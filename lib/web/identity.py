@@ -12,6 +12,7 @@ Modes:
 A header that carries identity and appears more than once is refused: a proxy that appends its header
 instead of replacing the client's would otherwise let the client's copy win.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -62,13 +63,16 @@ def single_header(headers: Headers, name: str) -> str:
     """The one value of `name`, or "" if absent; NotAuthenticated if it came more than once."""
     values = header_values(headers, name)
     if len(values) > 1:
-        raise NotAuthenticated(f"This request carried the sign-in header {name} more than once, so it was refused. "
-                               "The sign-in proxy must replace that header, not append to it.")
+        raise NotAuthenticated(
+            f"This request carried the sign-in header {name} more than once, so it was refused. "
+            "The sign-in proxy must replace that header, not append to it."
+        )
     return values[0] if values else ""
 
 
-def resolve(settings: Settings, headers: Headers, user: Mapping[str, Any],
-            session: MutableMapping[str, Any] | None = None) -> Identity:
+def resolve(
+    settings: Settings, headers: Headers, user: Mapping[str, Any], session: MutableMapping[str, Any] | None = None
+) -> Identity:
     """The signed-in identity from request headers or st.user, per CHAT_IDENTITY; NotAuthenticated otherwise.
 
     `session` (st.session_state) remembers an `alb` token verified for this browser session."""

@@ -11,6 +11,7 @@ sends the whole answer again on every poll (quadratic in the answer's length). A
 st.write_stream does too: a click or a navigation interrupts it at its next Streamlit call (ten a second at
 least), and the run that follows draws the text so far once and goes on following.
 """
+
 from __future__ import annotations
 
 import time
@@ -47,11 +48,11 @@ class Followed:
     in_place: bool = False  # the final text extends what was drawn: the page can finish it without a rerun
 
 
-def place(m: Message, source: Callable[[], Any], live: Any, stop: Callable[[str], object], *,
-          remote: bool) -> Followed:
+def place(m: Message, source: Callable[[], Any], live: Any, stop: Callable[[str], object], *, remote: bool) -> Followed:
     """At the turn's place in the page: an empty body (filled by `follow`) and the status line with Stop."""
-    followed = Followed(m, source, POLL_S if remote else YIELD_S, st.container(), st.empty(),
-                        wake=None if remote else live.wait_ended)
+    followed = Followed(
+        m, source, POLL_S if remote else YIELD_S, st.container(), st.empty(), wake=None if remote else live.wait_ended
+    )
     _status(followed, live, stop)
     return followed
 
@@ -64,20 +65,32 @@ def _status(f: Followed, live: Any, stop: Callable[[str], object] | None = None)
         return
     f.line = line
     if line == SAVING_LINE:
-        f.status.warning(f"Shown but not saved yet: {live.save_error} Saving is retried every few seconds.",
-                         icon=":material/save:")
+        f.status.warning(
+            f"Shown but not saved yet: {live.save_error} Saving is retried every few seconds.", icon=":material/save:"
+        )
     elif line == STOPPING_LINE:
         f.status.caption(":material/hourglass_top: Stopping…")
     else:
         with f.status.container(horizontal=True, vertical_alignment="center", gap="small"):
-            st.button("Stop", key=f"stop-{f.message.message_id}", icon=":material/stop_circle:",
-                      help="Stop this answer; what arrived is kept, with Retry.",
-                      on_click=stop, args=(f.message.message_id,))
+            st.button(
+                "Stop",
+                key=f"stop-{f.message.message_id}",
+                icon=":material/stop_circle:",
+                help="Stop this answer; what arrived is kept, with Retry.",
+                on_click=stop,
+                args=(f.message.message_id,),
+            )
             st.caption("Writing… you can switch chats or close this tab: the answer keeps coming.")
 
 
-def follow(items: list[Followed], *, ended: Callable[[Followed], None] = lambda f: None, beat: Any = None,
-           clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> None:
+def follow(
+    items: list[Followed],
+    *,
+    ended: Callable[[Followed], None] = lambda f: None,
+    beat: Any = None,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> None:
     """Follow every placed answer until each is saved or gone, handing each to `ended` as soon as it is
     (the page finishes it there, while the others are still followed).
 
@@ -126,11 +139,12 @@ def _read(f: Followed) -> bool:
         return True
     _status(f, live)
     text = live.text
-    return f.paced.add(text[len(f.paced):]) if len(text) > len(f.paced) else False
+    return f.paced.add(text[len(f.paced) :]) if len(text) > len(f.paced) else False
 
 
-def watch_changes(version: Callable[[], int | None], known: Callable[[], int | None],
-                  reload: Callable[[], None]) -> None:
+def watch_changes(
+    version: Callable[[], int | None], known: Callable[[], int | None], reload: Callable[[], None]
+) -> None:
     """With the hot tier: notice a turn sent to the open chat from elsewhere (its change counter moved) and
     reload the chat (1 Query). Costs one Redis GET every WATCH_S per open tab, no DynamoDB request.
 

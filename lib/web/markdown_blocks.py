@@ -6,6 +6,7 @@ function of the text alone: scanning a growing text from the start of its open b
 same blocks as scanning the whole final text, which is why the streamed page and a reopened chat
 are identical. Pure Python (no Streamlit), tested alone.
 """
+
 from __future__ import annotations
 
 import re
@@ -48,8 +49,13 @@ def _fence_of(line: str) -> tuple[int, str, str] | None:
 
 def _closes(line: str, opener: str) -> bool:
     fence = _fence_of(line)
-    return (fence is not None and fence[0] <= 3 and fence[1][0] == opener[0] and len(fence[1]) >= len(opener)
-            and not fence[2].strip())
+    return (
+        fence is not None
+        and fence[0] <= 3
+        and fence[1][0] == opener[0]
+        and len(fence[1]) >= len(opener)
+        and not fence[2].strip()
+    )
 
 
 class _Scan:
@@ -128,7 +134,7 @@ def block_of(source: str) -> Block:
         lines = source.split("\n")[1:]
         if lines and _closes(lines[-1], opener):
             lines = lines[:-1]
-        body = "\n".join(line[min(indent, len(line) - len(line.lstrip(" "))):] for line in lines)
+        body = "\n".join(line[min(indent, len(line) - len(line.lstrip(" "))) :] for line in lines)
         return Block(CODE, body, language=(info.strip().split() or [None])[0])
     reason = too_complex(source)
     if reason:

@@ -5,6 +5,7 @@ an image, and every image starts with the two characters '![' (inline, nested br
 alike). A WORD JOINER between them (invisible, zero width) leaves '!' and a link, in code spans too: a
 click on a link is the user's choice, a fetch on display would leak the chat to whoever owns the URL.
 """
+
 from __future__ import annotations
 
 import re

@@ -8,6 +8,7 @@ The renderer is a function of (container, text so far, done): a page following a
 that asked, another tab, another device: lib.web.live_view) feeds it what arrived since its last look, a
 reopened chat calls it once with the saved text; both end with the same elements.
 """
+
 from __future__ import annotations
 
 import functools

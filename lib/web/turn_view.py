@@ -2,6 +2,7 @@
 renderer, and what sits under it (figures, feedback, copy). Which turns are drawn at all is decided here
 too: the newest page, plus older loaded pages only while they are expanded, so a rerun's cost does not
 grow with the chat."""
+
 from __future__ import annotations
 
 from typing import Any, Sequence
@@ -32,7 +33,7 @@ def preview(text: str) -> str | None:
         return None
     cut = "\n".join(lines[:PREVIEW_LINES])[:PREVIEW_CHARS]
     if len(cut) == PREVIEW_CHARS and " " in cut[-200:]:
-        cut = cut[:cut.rindex(" ")]  # end on a word
+        cut = cut[: cut.rindex(" ")]  # end on a word
     return cut.rstrip()
 
 
@@ -51,14 +52,21 @@ def question(m: Message) -> None:
     render_markdown(st, m.input_body if expanded else short + " …")
     hidden = len(m.input_body) - len(short)
     label = "Show less" if expanded else f"Show all ({hidden:,} more characters)"
-    st.button(label, key=f"more-{m.message_id}", type="tertiary", on_click=_toggle, args=(m.message_id,),
-              icon=":material/unfold_less:" if expanded else ":material/unfold_more:")
+    st.button(
+        label,
+        key=f"more-{m.message_id}",
+        type="tertiary",
+        on_click=_toggle,
+        args=(m.message_id,),
+        icon=":material/unfold_less:" if expanded else ":material/unfold_more:",
+    )
 
 
 def copy_control(m: Message) -> None:
     """The answer as Markdown in a code box whose copy icon puts it on the clipboard (drawn only when opened)."""
-    box = st.popover("Copy", icon=":material/content_copy:", type="tertiary", key=f"copy-{m.message_id}",
-                     on_change="rerun")
+    box = st.popover(
+        "Copy", icon=":material/content_copy:", type="tertiary", key=f"copy-{m.message_id}", on_change="rerun"
+    )
     if box.open:
         box.caption("The answer as Markdown; the icon at the box's top right copies it.")
         box.code(m.output_body, language="markdown", wrap_lines=True)
@@ -85,12 +93,23 @@ def older_page(session_id: str, first_number: int, page: list[Message], generati
     """
     day = keys.parse_time(page[0].create_time)
     label = f"Turns {first_number:,}–{first_number + len(page) - 1:,} · from {day:%b} {day.day}"
-    return st.expander(label, expanded=top, key=f"older-{session_id}-{generation}-{first_number}",
-                       on_change="rerun", icon=":material/history:")
+    return st.expander(
+        label,
+        expanded=top,
+        key=f"older-{session_id}-{generation}-{first_number}",
+        on_change="rerun",
+        icon=":material/history:",
+    )
 
 
-_KINDS = {"system": "Instructions", "memory": "Memory", "summary": "Summary of earlier turns",
-          "recalled": "Recalled older turn", "turn": "Recent turn", "question": "Your question"}
+_KINDS = {
+    "system": "Instructions",
+    "memory": "Memory",
+    "summary": "Summary of earlier turns",
+    "recalled": "Recalled older turn",
+    "turn": "Recent turn",
+    "question": "Your question",
+}
 
 
 def model_saw(m: Message, turns: dict[str, Message], memories: dict[str, str]) -> None:
@@ -99,8 +118,7 @@ def model_saw(m: Message, turns: dict[str, Message], memories: dict[str, str]) -
     Drawn only while opened, so a closed one costs a rerun nothing."""
     if not m.context:
         return
-    box = st.expander("What the model saw", icon=":material/visibility:", key=f"saw-{m.message_id}",
-                      on_change="rerun")
+    box = st.expander("What the model saw", icon=":material/visibility:", key=f"saw-{m.message_id}", on_change="rerun")
     if not box.open:
         return
 
@@ -115,17 +133,26 @@ def model_saw(m: Message, turns: dict[str, Message], memories: dict[str, str]) -
         return ident
 
     total = sum(int(part.get("tokens", 0)) for part in m.context)
-    rows = [{"Part": _KINDS.get(part.get("kind"), part.get("kind", "?")), "Tokens": int(part.get("tokens", 0)),
-             "What": what(part), "Cut to fit": "yes" if part.get("excerpt") else ""} for part in m.context]
+    rows = [
+        {
+            "Part": _KINDS.get(part.get("kind"), part.get("kind", "?")),
+            "Tokens": int(part.get("tokens", 0)),
+            "What": what(part),
+            "Cut to fit": "yes" if part.get("excerpt") else "",
+        }
+        for part in m.context
+    ]
     box.dataframe(rows, hide_index=True, width="stretch")
     used = [part["id"] for part in m.context if part.get("kind") == "memory" and part.get("id")]
-    box.caption(f"{total:,} tokens in all. " + (f"Memories used: {len(used)} (see the Memory page)."
-                                               if used else "No memories were used."))
+    box.caption(
+        f"{total:,} tokens in all. "
+        + (f"Memories used: {len(used)} (see the Memory page)." if used else "No memories were used.")
+    )
 
 
 def _clip(text: str, limit: int = 80) -> str:
     flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[:limit - 1] + "…"
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
 def summary_divider(summary: Any, label: str, regenerate: Any) -> None:
@@ -135,8 +162,14 @@ def summary_divider(summary: Any, label: str, regenerate: Any) -> None:
         view = st.popover("View", type="tertiary", key=f"summary-view-{summary.version}", on_change="rerun")
         if view.open:
             render_markdown(view, summary.text)
-        st.button("Regenerate", type="tertiary", icon=":material/refresh:", key=f"summary-regen-{summary.version}",
-                  on_click=regenerate, help="Write the summary again from the turns it covers (a model call).")
+        st.button(
+            "Regenerate",
+            type="tertiary",
+            icon=":material/refresh:",
+            key=f"summary-regen-{summary.version}",
+            on_click=regenerate,
+            help="Write the summary again from the turns it covers (a model call).",
+        )
 
 
 def scroll_to(key: str) -> None:
@@ -146,6 +179,9 @@ def scroll_to(key: str) -> None:
 
     # Again after the page has settled: Streamlit lays out (and the chat keeps itself scrolled to the bottom)
     # after this script first runs.
-    components.html("<script>const go = () => { const el = window.parent.document.querySelector("
-                    "'.st-key-" + key + "'); if (el) { el.scrollIntoView({block: 'start'}); } };"
-                    "[100, 500, 1200].forEach((ms) => setTimeout(go, ms));</script>", height=0)
+    components.html(
+        "<script>const go = () => { const el = window.parent.document.querySelector("
+        "'.st-key-" + key + "'); if (el) { el.scrollIntoView({block: 'start'}); } };"
+        "[100, 500, 1200].forEach((ms) => setTimeout(go, ms));</script>",
+        height=0,
+    )

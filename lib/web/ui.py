@@ -1,4 +1,5 @@
 """Streamlit glue shared by the pages: the one resource factory, the identity, errors shown in one place."""
+
 from __future__ import annotations
 
 import contextlib
@@ -8,13 +9,13 @@ from typing import Iterator
 
 import streamlit as st
 
-from lib.web import identity
-from lib.storage import keys
-from lib.web.chat_view import ChatView
 from lib.config import Settings
 from lib.errors import ChatError, ConfigError, NotAuthenticated, StoreUnavailable
 from lib.services import Services, build_services
+from lib.storage import keys
 from lib.turn.worker import Generations
+from lib.web import identity
+from lib.web.chat_view import ChatView
 
 
 @st.cache_resource(show_spinner="Starting the chat database…")
@@ -39,23 +40,9 @@ def services() -> Services:
         raise
 
 
-@st.cache_resource
-def _generations(per_user: int, per_process: int, unwatched_stop_s: float, pending_timeout_s: float,
-                 redis_url: str, table: str) -> Generations:
-    hot = None
-    if redis_url:
-        from lib.hot.tier import HotTier
-
-        hot = HotTier.connect(redis_url, prefix=f"chat:{table}:", ttl_s=pending_timeout_s)
-    return Generations(per_user=per_user, per_process=per_process, unwatched_stop_s=unwatched_stop_s,
-                       save_deadline_s=pending_timeout_s, hot=hot)
-
-
 def generations(settings: Settings) -> Generations:
-    """The process's registry of answers being written (lib.turn.worker): shared by every tab it serves; it
-    holds the hot tier too (lib.hot.tier, with CHAT_REDIS_URL)."""
-    return _generations(settings.max_generations_per_user, settings.max_generations, settings.unwatched_stop_s,
-                        settings.pending_timeout_s, settings.redis_url, settings.table)
+    """The process's registry of answers being written (lib.turn.worker), shared by every tab it serves."""
+    return _services(settings).generations
 
 
 # Our own constant CSS (never user or model text): left-align the chat list like any chat app.
@@ -85,8 +72,11 @@ def page_links() -> None:
 
 
 _ROOT = Path(__file__).resolve().parents[2]
-_PAGES = [("pages/search.py", "Search", ":material/search:"), ("pages/memory.py", "Memory", ":material/psychology:"),
-          ("pages/cost.py", "Usage & cost", ":material/payments:")]
+_PAGES = [
+    ("pages/search.py", "Search", ":material/search:"),
+    ("pages/memory.py", "Memory", ":material/psychology:"),
+    ("pages/cost.py", "Usage & cost", ":material/payments:"),
+]
 
 
 def request_headers() -> identity.Headers:

@@ -3,38 +3,60 @@
 `python -m lib.admin seed-demo` fills the configured table with a few weeks of chats by several users
 (the local dev user among them), sessions of varied length and some failed turns, on a clock set in the past.
 """
+
 from __future__ import annotations
 
 import datetime as dt
 import random
-from typing import Iterator
+from typing import Any, Iterator
 
-from lib.storage import keys
 from lib.errors import ModelError
 from lib.model.models import DemoModel, Prompt, Reply
-from lib.services import Services
+from lib.search.indexer import index_turn_after_save
+from lib.storage import keys
 from lib.turn.turns import begin_turn
 
 COLLEAGUES = ["ana.lima@example.com", "ben.okafor@example.com", "chen.wei@example.com", "dana.kowalski@example.com"]
 QUESTIONS = [
-    "How should I design a DynamoDB table for chat history?", "Summarize the trade-offs of GSIs vs a second record",
-    "Draft an email to the team about Friday's release", "Explain this Python error: KeyError: 'user_id'",
-    "Write a SQL query for monthly active users", "What is a ULID and why does it sort by time?",
-    "Review this function for bugs: def add(a, b): return a - b", "Make the email shorter and friendlier",
-    "Give me three options for the project name", "How do I paginate a DynamoDB Query?",
-    "Write a unit test for the parser", "Translate this paragraph into plain English",
-    "Plan a one-hour onboarding session for new engineers", "Compare SQS and EventBridge for our order events",
-    "Summarize last week's incident report in five bullets", "Suggest names for the new billing service",
-    "Explain the difference between a mutex and a semaphore", "Write a regex that matches ISO 8601 dates",
-    "Draft the agenda for Thursday's design review", "How do I cap costs on DynamoDB on-demand tables?",
-    "What should go in a good pull request description?", "Turn these meeting notes into action items",
-    "How do I rotate an IAM access key safely?", "Explain eventual consistency to a product manager",
-    "Write a bash one-liner to find the largest files", "What is a reasonable on-call rotation for six people?",
-    "Review my README introduction for clarity", "How do I profile a slow Python function?",
-    "Draft a polite reply declining a meeting", "What are the trade-offs of a monorepo?",
+    "How should I design a DynamoDB table for chat history?",
+    "Summarize the trade-offs of GSIs vs a second record",
+    "Draft an email to the team about Friday's release",
+    "Explain this Python error: KeyError: 'user_id'",
+    "Write a SQL query for monthly active users",
+    "What is a ULID and why does it sort by time?",
+    "Review this function for bugs: def add(a, b): return a - b",
+    "Make the email shorter and friendlier",
+    "Give me three options for the project name",
+    "How do I paginate a DynamoDB Query?",
+    "Write a unit test for the parser",
+    "Translate this paragraph into plain English",
+    "Plan a one-hour onboarding session for new engineers",
+    "Compare SQS and EventBridge for our order events",
+    "Summarize last week's incident report in five bullets",
+    "Suggest names for the new billing service",
+    "Explain the difference between a mutex and a semaphore",
+    "Write a regex that matches ISO 8601 dates",
+    "Draft the agenda for Thursday's design review",
+    "How do I cap costs on DynamoDB on-demand tables?",
+    "What should go in a good pull request description?",
+    "Turn these meeting notes into action items",
+    "How do I rotate an IAM access key safely?",
+    "Explain eventual consistency to a product manager",
+    "Write a bash one-liner to find the largest files",
+    "What is a reasonable on-call rotation for six people?",
+    "Review my README introduction for clarity",
+    "How do I profile a slow Python function?",
+    "Draft a polite reply declining a meeting",
+    "What are the trade-offs of a monorepo?",
 ]
-FOLLOW_UPS = ["Can you make it shorter?", "Show an example", "What are the risks?", "And in Python?",
-              "Thanks, one more question", "Explain the second point"]
+FOLLOW_UPS = [
+    "Can you make it shorter?",
+    "Show an example",
+    "What are the risks?",
+    "And in Python?",
+    "Thanks, one more question",
+    "Explain the second point",
+]
 
 
 class FlakyDemo(DemoModel):
@@ -51,10 +73,12 @@ class FlakyDemo(DemoModel):
         self.fail_next = False
 
         def broken() -> Iterator[str]:
-            for i, chunk in enumerate(reply._source):
+            for i, chunk in enumerate(reply):
                 if i == 12:
-                    raise ModelError("The model is overloaded right now. Press Retry in a moment. "
-                                     "The part of the answer that arrived is kept.")
+                    raise ModelError(
+                        "The model is overloaded right now. Press Retry in a moment. "
+                        "The part of the answer that arrived is kept."
+                    )
                 yield chunk
 
         return Reply(self.name, broken())
@@ -67,7 +91,7 @@ def _draw(decks: dict[str, list[str]], user: str, rng: random.Random) -> str:
     return decks[user].pop()
 
 
-def seed_demo(services: Services, *, days: int = 21, seed: int = 7, end: dt.datetime | None = None) -> dict:
+def seed_demo(services: Any, *, days: int = 21, seed: int = 7, end: dt.datetime | None = None) -> dict:
     """Write the demo history; returns counts of what was written."""
     rng = random.Random(seed)
     store, ledger, settings = services.store, services.ledger, services.settings
@@ -77,9 +101,7 @@ def seed_demo(services: Services, *, days: int = 21, seed: int = 7, end: dt.date
     moment = [end - dt.timedelta(days=days)]
     written = {"sessions": 0, "turns": 0, "failed": 0}
     decks: dict[str, list[str]] = {}
-    from lib.search.indexer import index_turn_after_save, make_indexer
-
-    indexer = make_indexer(services)  # the demo history is searchable like live chats
+    indexer = services.indexer  # the demo history is searchable like live chats
 
     with keys.clock(lambda: moment[0]):
         for day in range(days):
@@ -96,9 +118,17 @@ def seed_demo(services: Services, *, days: int = 21, seed: int = 7, end: dt.date
                     for turn_number in range(rng.choice([1, 2, 3, 4, 6, 9])):
                         question = _draw(decks, user, rng) if turn_number == 0 else rng.choice(FOLLOW_UPS)
                         model.fail_next = rng.random() < 0.06
-                        turn = begin_turn(store, model, user, session, question, history,
-                                          system_prompt_id=settings.system_prompt_id,
-                                          budget_tokens=settings.context_tokens, ledger=ledger)
+                        turn = begin_turn(
+                            store,
+                            model,
+                            user,
+                            session,
+                            question,
+                            history,
+                            system_prompt_id=settings.system_prompt_id,
+                            budget_tokens=settings.context_tokens,
+                            ledger=ledger,
+                        )
                         try:
                             for _ in turn:
                                 moment[0] += dt.timedelta(milliseconds=rng.randrange(20, 60))

@@ -1,0 +1,228 @@
+"""The operator's reads and writes over the whole table: the user registry, partition listings, the invariant
+checker's reads, purge batches, retention and pending-sweep queries, table export and import.
+
+`python -m lib.admin` (lib/ops) decides what to do; every request it needs is composed here, through the same
+gateway as the app (one meter, one error map). Its mechanical repairs are in lib/storage/repairs.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+from lib.errors import MessageNotFound, MessageNotPending
+from lib.storage import keys, partitions
+from lib.storage.capacity import Meter
+from lib.storage.gateway import Gateway, from_item, to_item
+from lib.storage.records import INTERRUPTED, Message
+from lib.storage.repairs import Repairs
+from lib.storage.store import ChatStore
+
+# What the invariant checker reads of each item: everything but the bodies (Scan and Query bill whole items
+# anyway; this keeps chat text out of the operator's memory and terminal).
+CHECK_PROJECTION = (
+    "pk, sk, session_id, user_id, title, create_time, last_message_time, message_count, message_id, "
+    "#status, attempt_time, system_prompt_id"
+)
+_CHECK_NAMES = {"#status": "status"}
+# What a partition listing reads: keys, the session a sidebar row names, the sessions a purge marker lists.
+_LISTING, _LISTING_NAMES = "pk, sk, session_id, #ids", {"#ids": "session_ids"}
+
+
+def _key(item: Mapping[str, Any]) -> dict[str, Any]:
+    return {"pk": item["pk"], "sk": item["sk"]}
+
+
+class Operator:
+    """Operator requests on one table, through its (metered) client; items come back as plain values."""
+
+    def __init__(self, client: Any, table: str, meter: Meter | None = None):
+        self._db = Gateway(client, table, meter)
+        self._chats = ChatStore(client, table, meter)  # the sweep fails a turn exactly as the chat page does
+
+    @classmethod
+    def of(cls, database: Any) -> Operator:
+        """The operator of an open lib.database.Database."""
+        return cls(database.client, database.table, database.meter)
+
+    @property
+    def table(self) -> str:
+        return self._db.table
+
+    @property
+    def repairs(self) -> Repairs:
+        """The repair writes (lib/storage/repairs.py), through the same gateway."""
+        return Repairs(self._db)
+
+    def action(self, name: str, user_id: str | None = None):
+        """Label the requests inside for the meter (lib.storage.capacity.ACTIONS)."""
+        return self._db.action(name, user_id)
+
+    # --- the user registry -----------------------------------------------------------------------------------
+
+    def registered_users(self) -> Iterator[str]:
+        """Every user in the registry, in user-id order (one Query per 1 MB page)."""
+        for page in self._db.query_pages(
+            KeyConditionExpression="pk = :pk",
+            ConsistentRead=True,
+            ExpressionAttributeValues=to_item({":pk": keys.REGISTRY_PK}),
+        ):
+            for item in page:
+                yield keys.registry_user(item["sk"]["S"])
+
+    def registry_entry(self, user_id: str) -> dict[str, Any] | None:
+        """The user's registry item (first_time, last_create_time), or None (1 consistent GetItem)."""
+        item = self._db.call("get_item", Key=to_item(keys.registry_key(user_id)), ConsistentRead=True).get("Item")
+        return from_item(item) if item else None
+
+    def first_activity(self) -> dict[str, str]:
+        """user_id -> the time of their oldest sidebar row, for every user with one (one Scan of the table)."""
+        users: dict[str, str] = {}
+        for page in self._db.scan_pages(
+            FilterExpression="begins_with(sk, :p)",
+            ProjectionExpression="pk, sk",
+            ExpressionAttributeValues=to_item({":p": keys.SESSION_PREFIX}),
+        ):
+            for item in map(from_item, page):
+                owner = keys.parse_pk(item["pk"])
+                if owner and owner[1] is None and keys.record_kind(item["sk"]) == keys.LIST_ROW:
+                    first = keys.list_row_parts(item["sk"])[0]
+                    users[owner[0]] = min(first, users.get(owner[0], first))
+        return users
+
+    def register(self, user_id: str, first_time: str) -> None:
+        """Put the user in the registry (1 UpdateItem); an earlier first_time already there is kept."""
+        self._db.call(
+            "update_item",
+            Key=to_item(keys.registry_key(user_id)),
+            UpdateExpression="SET user_id = :u, first_time = if_not_exists(first_time, :t)",
+            ExpressionAttributeValues=to_item({":u": user_id, ":t": first_time}),
+        )
+
+    def metas(self, user_id: str, session_ids: Iterable[str]) -> list[dict[str, Any]]:
+        """The metas of these sessions that exist (consistent BatchGetItem, 100 a request)."""
+        return [from_item(m) for m in self._db.batch_get([keys.meta_key(user_id, s) for s in session_ids])]
+
+    # --- partitions --------------------------------------------------------------------------------------------
+
+    def user_partition(self, user_id: str, prefix: str = "") -> list[dict[str, Any]]:
+        """Items of the user's own partition (keys, session_id, session_ids), optionally by sort-key prefix."""
+        return [
+            from_item(i)
+            for i in partitions.user_items(self._db, user_id, prefix, projection=_LISTING, names=_LISTING_NAMES)
+        ]
+
+    def user_records(self, user_id: str) -> list[dict[str, Any]]:
+        """Every item of the user's own partition, whole (the checker's first read)."""
+        return [from_item(i) for i in partitions.user_items(self._db, user_id)]
+
+    def session_records(self, user_id: str, session_id: str) -> list[dict[str, Any]]:
+        """Every item of one session partition, without bodies (CHECK_PROJECTION)."""
+        return [
+            from_item(i)
+            for i in partitions.session_items(
+                self._db, user_id, session_id, projection=CHECK_PROJECTION, names=_CHECK_NAMES
+            )
+        ]
+
+    def session_keys(self, user_id: str, session_id: str) -> list[dict[str, Any]]:
+        """The keys of every item of one session partition."""
+        return [from_item(i) for i in partitions.session_items(self._db, user_id, session_id, projection="pk, sk")]
+
+    def scan_records(self, *, sessions_of: str | None = None) -> Iterator[dict[str, Any]]:
+        """Every item of the table without bodies (one consistent Scan), or only `sessions_of`'s session
+        partitions (the same Scan, filtered: billed on the whole table)."""
+        params: dict[str, Any] = {}
+        names = dict(_CHECK_NAMES)
+        if sessions_of is not None:
+            params = {
+                "FilterExpression": "begins_with(pk, :prefix)",
+                "ExpressionAttributeValues": to_item({":prefix": keys.session_partition_prefix(sessions_of)}),
+            }
+        for page in self._db.scan_pages(
+            ConsistentRead=True, ProjectionExpression=CHECK_PROJECTION, ExpressionAttributeNames=names, **params
+        ):
+            yield from (from_item(i) for i in page)
+
+    def memory_records(self, user_id: str) -> list[dict[str, Any]]:
+        """The user's memory items, whole (export)."""
+        return [from_item(i) for i in partitions.user_items(self._db, user_id, keys.MEMORY_PREFIX)]
+
+    # --- deleting ----------------------------------------------------------------------------------------------
+
+    def mark_purging(self, user_id: str, session_ids: list[str], per_marker: int) -> None:
+        """Put the purge markers listing these sessions, `per_marker` ids each (BatchWriteItem)."""
+        chunks = [session_ids[n : n + per_marker] for n in range(0, len(session_ids), per_marker)]
+        self._db.batch_write(
+            puts=[to_item({**keys.purge_key(user_id, n), "session_ids": set(chunk)}) for n, chunk in enumerate(chunks)]
+        )
+
+    def delete_items(self, items: Iterable[Mapping[str, Any]]) -> int:
+        """Delete the items with these keys (plain pk, sk; other attributes ignored), 25 per BatchWriteItem, in
+        order; returns how many."""
+        return self._db.batch_write(deletes=[_key(i) for i in items])
+
+    def usage_bucket_keys(self, user_id: str, days: Iterable[str]) -> list[dict[str, Any]]:
+        """The keys of the user's usage buckets that exist on these days (eventually consistent BatchGetItem)."""
+        return [
+            _key(from_item(i))
+            for i in self._db.batch_get([keys.usage_key(day, user_id) for day in days], consistent=False)
+        ]
+
+    # --- retention and the pending sweep -----------------------------------------------------------------------
+
+    def sessions_last_active_before(self, user_id: str, cutoff: str) -> list[str]:
+        """Ids of the user's sessions last active before `cutoff`: sidebar rows sort by time, so one key range."""
+        items = self._db.query_all(
+            KeyConditionExpression="pk = :pk AND sk BETWEEN :low AND :high",
+            ConsistentRead=True,
+            ProjectionExpression="session_id",
+            ExpressionAttributeValues=to_item(
+                {":pk": keys.user_pk(user_id), ":low": keys.SESSION_PREFIX, ":high": keys.list_row_bound(cutoff)}
+            ),
+        )
+        return [from_item(i)["session_id"] for i in items]
+
+    def sessions_active_since(self, user_id: str, since: str) -> list[str]:
+        """Ids of the user's sessions last active at or after `since`, from the sidebar rows."""
+        bound = keys.list_row_bound(since)
+        return [r["session_id"] for r in self.user_partition(user_id, keys.SESSION_PREFIX) if r["sk"] >= bound]
+
+    def pending_turns(self, user_id: str, session_id: str) -> list[Message]:
+        """The session's turns still pending (ids and times only: no bodies are read into memory)."""
+        return [
+            Message(t["message_id"], session_id, t["create_time"], "", "", attempt_time=t.get("attempt_time"))
+            for t in map(
+                from_item,
+                partitions.session_items(
+                    self._db, user_id, session_id, pending_only=True, projection="message_id, create_time, attempt_time"
+                ),
+            )
+        ]
+
+    def fail_interrupted(self, user_id: str, turn: Message, *, started_before: str) -> bool:
+        """Mark a turn left pending by a stopped process failed, with the page's own sentence (the store's
+        fail_message, 1 UpdateItem); False if it was saved, restarted at or after `started_before`, or deleted
+        meanwhile."""
+        try:
+            self._chats.fail_message(
+                user_id, turn, output_body="", error=INTERRUPTED, started_before=started_before, action="admin"
+            )
+        except (MessageNotPending, MessageNotFound):
+            return False
+        return True
+
+    # --- the whole table (export-table, import-table) ---------------------------------------------------------------
+
+    def scan_table(self) -> Iterator[dict]:
+        """Every item of the table in wire format (DynamoDB JSON), one consistent Scan page at a time."""
+        for page in self._db.scan_pages(ConsistentRead=True):
+            yield from page
+
+    def has_items(self) -> bool:
+        """Whether the table holds any item (a Scan of Limit 1)."""
+        return bool(self._db.call("scan", Limit=1).get("Items"))
+
+    def put_items(self, items: Iterable[Mapping[str, dict]]) -> int:
+        """Put these wire-format items as they are (BatchWriteItem, 25 a request); returns how many."""
+        return self._db.batch_write(puts=items)

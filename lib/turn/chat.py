@@ -1,0 +1,246 @@
+"""ChatService: the one owner of a turn's life, for every page and command that starts or changes one.
+
+    sent = chat.ask(user_id, session, question, history=..., summary=..., cache=...)
+        admit (the caps) -> commit the question (1 transaction) and assemble the context (lib.turn.turns,
+        lib.context) -> bump the chat's hot-tier counter -> hand the turn to a worker thread (lib.turn.worker)
+    chat.retry(...)     the same for a failed or interrupted turn (1 UpdateItem instead of the transaction)
+    chat.stop(id)       the worker here, or (hot tier) the one on another replica, stops within ~0.25 s
+    chat.rename(...), chat.set_feedback(...), chat.regenerate_summary(...)
+
+After the worker saved the answer (1 UpdateItem), the post-save work runs in the worker, each step on its own
+(a failed step is logged and skips nothing else): a first turn's model-written title (before the hot-tier
+bump of the save, so one bump covers both), the running summary when due (its own bump: other tabs and
+replicas must not be served a cached first page with the old summary), the turn's search vector, the
+question's memories and their vectors.
+
+Ownership: the page's state (its loaded turns, its browser session's ContextCache) stays the page's. The worker
+gets a `Handoff`, an immutable snapshot taken when the turn is handed over, with a private copy of the known
+memories; what it produces (a title, a summary, new memories, counter values) is published on the LiveAnswer,
+and the page applies it in its own run (lib.web.live_turns). So no thread but the page's ever mutates a
+browser session's state.
+
+Every write here is followed by the hot-tier bump that tells other tabs and replicas the chat changed; the
+returned `version` lets the writing tab adopt it without reloading.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any
+
+from lib import logs
+from lib.context.cache import ContextCache, MemoryState
+from lib.context.engine import ContextEngine
+from lib.context.summaries import SummaryOutcome
+from lib.errors import ChatError, EmptyQuestion
+from lib.model.models import ChatModel
+from lib.search.indexer import index_turn_after_save
+from lib.storage.records import DONE, Message, Session, Summary
+from lib.storage.store import ChatStore
+from lib.turn.live import LiveAnswer
+from lib.turn.turns import STOPPED, Turn, begin_turn, retry_turn
+from lib.turn.worker import Generations, quietly
+from lib.usage.ledger import Ledger
+
+
+@dataclass(frozen=True)
+class Sent:
+    """A committed turn whose answer a worker is writing."""
+
+    session: Session
+    message: Message
+    live: LiveAnswer
+    version: int | None  # the chat's hot-tier counter after the commit (None: no hot tier, or Redis failed)
+    first: bool  # the question created the chat
+
+
+@dataclass(frozen=True)
+class Written:
+    """The outcome of a write to a chat, and the chat's hot-tier counter after it."""
+
+    value: Any
+    version: int | None
+
+
+@dataclass(frozen=True)
+class Handoff:
+    """What the post-save work needs, copied when the turn is handed to the worker: the page may rerun, change
+    chats or close meanwhile, and nothing here is shared with it."""
+
+    user_id: str
+    session: Session
+    history: tuple[Message, ...]  # the chat's loaded turns, this one included, oldest first
+    summary: Summary | None
+    memories: ContextCache  # a private copy of the user's known memories (the extractor de-duplicates on it)
+    first: bool
+
+
+class ChatService:
+    """Built once per process (lib.services), shared by every tab it serves."""
+
+    def __init__(
+        self,
+        settings: Any,
+        store: ChatStore,
+        model: ChatModel,
+        ledger: Ledger | None,
+        engine: ContextEngine,
+        generations: Generations,
+        *,
+        local: bool = False,
+    ):
+        self.settings, self.store, self.model, self.ledger = settings, store, model, ledger
+        self.engine, self.generations = engine, generations
+        self.hot = generations.hot  # lib.hot.tier.HotTier with CHAT_REDIS_URL, else None
+        self.local = local  # the embedded database: only this process can serve it
+
+    # --- a turn ---------------------------------------------------------------------------------------------
+    def ask(
+        self,
+        user_id: str,
+        session: Session | None,
+        question: str,
+        *,
+        history: list[Message],
+        summary: Summary | None,
+        cache: ContextCache,
+    ) -> Sent:
+        """Commit `question` (a new chat when `session` is None) and start its answer. Raises GenerationLimit
+        (nothing committed) or the store's domain errors; the caller keeps the text on any ChatError."""
+        if not question.strip():
+            raise EmptyQuestion("Type a question first.")
+        self.generations.admit(user_id)
+        turn = begin_turn(
+            self.store,
+            self.model,
+            user_id,
+            session,
+            question,
+            history,
+            system_prompt_id=self.settings.system_prompt_id,
+            budget_tokens=self.settings.context_tokens,
+            ledger=self.ledger,
+            engine=self.engine,
+            cache=cache,
+            summary=summary,
+        )
+        first = session is None
+        version = self._bump(user_id, turn.session.session_id)
+        turns = tuple(m for m in history if m.message_id != turn.message.message_id) + (turn.message,)
+        live = self._start(turn, Handoff(user_id, turn.session, turns, summary, _private(cache, user_id), first))
+        return Sent(turn.session, turn.message, live, version, first)
+
+    def retry(
+        self,
+        user_id: str,
+        session: Session,
+        message: Message,
+        *,
+        history: list[Message],
+        summary: Summary | None,
+        cache: ContextCache,
+    ) -> Sent:
+        """Answer a failed or interrupted turn again, in place (1 UpdateItem: the same question, no second one)."""
+        self.generations.admit(user_id)
+        turn = retry_turn(
+            self.store,
+            self.model,
+            user_id,
+            session,
+            message,
+            history,
+            budget_tokens=self.settings.context_tokens,
+            ledger=self.ledger,
+            engine=self.engine,
+            cache=cache,
+            summary=summary,
+        )
+        version = self._bump(user_id, session.session_id)
+        turns = tuple(turn.message if m.message_id == message.message_id else m for m in history)
+        live = self._start(turn, Handoff(user_id, turn.session, turns, summary, _private(cache, user_id), False))
+        return Sent(turn.session, turn.message, live, version, False)
+
+    def stop(self, message_id: str) -> None:
+        """Stop an answer written here, or (hot tier) by another replica: its worker notices within ~0.25 s."""
+        if not self.generations.stop(message_id) and self.hot is not None:
+            self.hot.request_stop(message_id, STOPPED)
+
+    def _start(self, turn: Turn, handoff: Handoff) -> LiveAnswer:
+        title = functools.partial(self._title, handoff) if handoff.first else None
+        return self.generations.start(turn, title=title, after_save=functools.partial(self._after_save, handoff))
+
+    # --- after the answer is saved (in the worker) ----------------------------------------------------------
+    def _title(self, handoff: Handoff, turn: Turn) -> Session | None:
+        """A short model-written title for a new chat; None keeps the question's first words (the model or the
+        rename failed: a title is not worth an error message)."""
+        if turn.saved is None or turn.saved.status != DONE:
+            return None
+        try:
+            title, tokens = self.model.title(turn.message.input_body, turn.text)
+            if self.ledger is not None:
+                self.ledger.record_tokens(handoff.user_id, self.model.name, tokens)
+            return self.store.rename_session(handoff.user_id, turn.session, title, action="title")
+        except ChatError as exc:
+            logs.warning("title_failed", error_class=type(exc).__name__)
+            return None
+
+    def _after_save(self, handoff: Handoff, saved: Message, live: LiveAnswer) -> None:
+        """The summary, the search vector, the memories and their vectors: each on its own (see `quietly`)."""
+        user, engine = handoff.user_id, self.engine
+        turns = [saved if m.message_id == saved.message_id else m for m in handoff.history]
+        outcome = quietly("summary", lambda: engine.summarize_after_save(user, handoff.session, turns, handoff.summary))
+        if isinstance(outcome, SummaryOutcome):
+            version = self._bump(user, handoff.session.session_id) if outcome.written else None
+            live.publish_summary(outcome.summary, version)
+        indexer = engine.indexer
+        title = (live.renamed or handoff.session).title
+        if indexer is not None:
+            quietly("index", lambda: index_turn_after_save(indexer, user, title, saved))  # for Search
+        added = quietly("memories", lambda: engine.extract_memories_after_save(handoff.memories, user, saved))
+        memories = tuple(getattr(added, "added", ()))
+        live.publish_memories(memories)
+        for memory in memories if indexer is not None else ():
+            quietly("index_memory", lambda m=memory: indexer.index_memory(user, m))
+
+    # --- other writes to a chat -----------------------------------------------------------------------------
+    def rename(self, user_id: str, session: Session, title: str) -> Written:
+        """1 TransactWriteItems (meta and sidebar row); the domain error says why a title was refused."""
+        renamed = self.store.rename_session(user_id, session, title)
+        return Written(renamed, self._bump(user_id, session.session_id))
+
+    def set_feedback(self, user_id: str, message: Message, value: int | None) -> Written:
+        """1 UpdateItem (thumbs up, down, or cleared)."""
+        saved = self.store.set_feedback(user_id, message, value)
+        return Written(saved, self._bump(user_id, message.session_id))
+
+    def regenerate_summary(self, user_id: str, session_id: str, summary: Summary) -> Written:
+        """A model call, then 1 conditional PutItem; the value is the SummaryOutcome."""
+        outcome = self.engine.regenerate_summary(user_id, session_id, summary)
+        return Written(outcome, self._bump(user_id, session_id) if outcome.written else None)
+
+    def _bump(self, user_id: str, session_id: str) -> int | None:
+        """After a write to the chat: tell the other tabs and replicas (the hot tier's counter), if there is one."""
+        return self.hot.bump(user_id, session_id) if self.hot is not None else None
+
+    # --- what pages read -------------------------------------------------------------------------------------
+    def live(self, message_id: str) -> LiveAnswer | None:
+        """The answer being written by this process's worker (any tab's), if any."""
+        return self.generations.get(message_id)
+
+    def remote(self, message_id: str):
+        """The answer as the hot tier has it (written by another replica), or None (no hot tier, or unknown)."""
+        return self.hot.live(message_id) if self.hot is not None else None
+
+    def remote_version(self, user_id: str, session_id: str) -> int | None:
+        return self.hot.version(user_id, session_id) if self.hot is not None else None
+
+
+def _private(cache: ContextCache, user_id: str) -> ContextCache:
+    """A ContextCache that holds only a copy of the user's known memories (the context assembly has just read
+    them into the page's cache): the worker's extraction adds to this copy, never to the page's."""
+    private = ContextCache()
+    known = cache.memory.get(user_id)
+    if known is not None:
+        private.memory[user_id] = MemoryState(list(known.memories), known.enabled)
+    return private

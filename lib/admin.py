@@ -7,9 +7,10 @@ import sys
 
 from lib.config import Settings
 from lib.database import create_aws_database
-from lib.errors import ChatError, ConfigError
+from lib.errors import ChatError, ConfigError, InvalidUserId
 from lib.ops import commands as data_care
 from lib.ops import context_commands, search_commands
+from lib.storage import keys
 from lib.storage.schema import TTL_ATTRIBUTE
 
 
@@ -27,6 +28,23 @@ def create_aws_table(settings: Settings) -> str:
         f"Created table '{settings.table}' in {settings.region}: on-demand, TTL on '{TTL_ATTRIBUTE}', "
         f"point-in-time recovery, deletion protection, vector index ({settings.embed_dimensions} dimensions)."
     )
+
+
+def user_refusal(user_id: str) -> str | None:
+    """Why `--user` cannot name a user, in one sentence, or None: it must be an id keys can be built from (no '#':
+    'bob@example.com#SES#<id>' would reach into Bob's chat) and the one a sign-in makes (lib/web/identity.py trims
+    it and lower-cases an email, so 'Bob@Example.com' never signs in: it is refused, not silently changed)."""
+    canonical = keys.canonical_user_id(user_id)
+    try:
+        keys.check_user_id(canonical)
+    except InvalidUserId as exc:
+        return f"--user {user_id[:80]!r}: {exc}"
+    if canonical != user_id:
+        return (
+            f"--user {user_id!r} is not an id a sign-in makes (sign-ins trim spaces and lower-case emails): "
+            f"use {canonical!r}."
+        )
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -54,6 +72,10 @@ def main(argv: list[str] | None = None) -> int:
     load.add_argument("file")
     load.add_argument("--merge", action="store_true", help="import into a table that already holds items")
     args = parser.parse_args(argv)
+    refusal = user_refusal(args.user) if getattr(args, "user", None) is not None else None
+    if refusal:  # before anything is opened: no key is ever built from it
+        print(f"{args.command}: {refusal}", file=sys.stderr)
+        return 2
     settings = Settings.load(for_operator=True)  # operator commands serve no browser: no sign-in settings needed
     if args.command in ("backup", "restore", "export-table", "import-table"):
         from lib.ops.backup import run
@@ -79,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         from lib.turn.demo import seed_demo
 
         services = build_services(settings)
-        counts = seed_demo(services, days=args.days)
+        counts = seed_demo(services, days=args.days, allow_aws=args.allow_aws)
         print(
             f"Seeded {counts['sessions']} sessions, {counts['turns']} turns ({counts['failed']} failed) into "
             f"{services.database.where}."

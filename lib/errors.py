@@ -77,9 +77,25 @@ class GenerationLimit(ChatError):
     """Too many answers being written at once (per user or per process): nothing was committed."""
 
 
+class ChatBusy(ChatError):
+    """An answer in this chat (or of this turn) is still being written: nothing was committed."""
+
+
 class EmptyQuestion(ChatError):
     """A question with no text: nothing was committed."""
 
 
 class ImportRefused(ChatError):
     """The file is not one the import command can import whole; nothing was written."""
+
+
+class InvalidUserId(ChatError, ValueError):
+    """A user id no key may be built from: empty, too long, or holding '#' or a control character."""
+
+
+class TimeOutOfRange(ChatError):
+    """A time the fixed-length key format cannot hold (past the year 9999): nothing was written."""
+
+
+class NoSuchUser(ChatError):
+    """No registry entry, chat, memory or usage bucket of that user id: nothing was changed."""

@@ -31,8 +31,7 @@ def load_buckets(table: str, days: tuple[str, ...], user: str | None, reader: st
     return svc.ledger.read(days, user=user, reader=reader)
 
 
-with st.sidebar:
-    ui.page_links()
+ui.sidebar(svc, me, ui.chat_view(me.user_id))  # your chats and New chat, as on the chat page
 st.title("Usage & cost", anchor=False)
 st.caption(
     "Everyone's usage (you are an admin)."
@@ -163,7 +162,14 @@ with ui.errors_shown():
             )
             if "Share %" in table:
                 config["Share %"] = st.column_config.NumberColumn(format="%.1f%%")
-            st.dataframe(table, hide_index=True, width="stretch", column_config=config)
+            # A $ cell without a price (vector bytes, a model missing from the price list) says "unknown", never
+            # "None" or $0: such a column is shown as text (the table draws any missing number as "None").
+            shown = table.copy()
+            for column in [c for c in table.columns if "$" in c and table[c].isna().any()]:
+                fmt = readable.money_column_format(table[column])
+                shown[column] = ["unknown" if v != v else fmt % v for v in table[column]]
+                config[column] = st.column_config.TextColumn(column)
+            st.dataframe(shown, hide_index=True, width="stretch", column_config=config)
 
         st.subheader("Download (CSV)", anchor=False)
         stem = f"usage-{days[0]}-{days[-1]}"

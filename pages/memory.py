@@ -9,14 +9,14 @@ from lib.context.cache import cache_in
 from lib.context.memories import RULES
 from lib.web import ui
 from lib.web.bootstrap import start_page
+from lib.web.render import safe_markdown
 
 start = start_page("Memory")
 svc, me = start.svc, start.me
 engine = svc.engine  # built once per process
 cache = cache_in(st.session_state)
 
-with st.sidebar:
-    ui.page_links()
+ui.sidebar(svc, me, ui.chat_view(me.user_id))  # your chats and New chat, as on the chat page
 st.title("Memory", anchor=False)
 how = (
     "rule-based, offline (the demo model): first-person statements such as “I prefer…”, “my manager is…”, “we decided…”"
@@ -63,13 +63,15 @@ with ui.errors_shown():
         )
     for memory in reversed(memories):  # newest first
         with st.container(border=True):
-            text_col, edit_col, delete_col = st.columns([8, 1, 1], vertical_alignment="center")
-            text_col.markdown(memory.text)
+            # The text, then its date and Edit and Delete on one line under it: narrow columns beside the text cut
+            # the buttons' labels ("E…", "D…") at a laptop's width.
+            st.markdown(safe_markdown(memory.text))  # the user's (or the extractor's) words: no images
             source = f"[from a chat](/?session={memory.source_session_id})" if memory.source_session_id else ""
-            text_col.caption(
+            actions = st.container(horizontal=True, vertical_alignment="center", gap="small")
+            actions.caption(
                 " · ".join(filter(None, [memory.create_time[:10], source, "edited" if memory.update_time else ""]))
             )
-            with edit_col.popover("Edit", icon=":material/edit:"):
+            with actions.popover("Edit", icon=":material/edit:", type="tertiary"):
                 new = st.text_area("Memory", value=memory.text, key=f"text-{memory.memory_id}", max_chars=500)
                 if st.button("Save", key=f"save-{memory.memory_id}", type="primary"):
                     edited = engine.memories.edit(me.user_id, memory, new)
@@ -77,7 +79,7 @@ with ui.errors_shown():
                         engine.indexer.index_memory(me.user_id, edited)
                     changed()
                     st.rerun()
-            if delete_col.button("Delete", key=f"delete-{memory.memory_id}", icon=":material/delete:"):
+            if actions.button("Delete", key=f"delete-{memory.memory_id}", icon=":material/delete:", type="tertiary"):
                 engine.memories.delete(me.user_id, memory.memory_id)
                 changed()
                 st.rerun()

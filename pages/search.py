@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from lib.search.hybrid import MAX_QUERY_CHARS, highlight, search_chats
+from lib.search.hybrid import MAX_QUERY_CHARS, highlight, search_chats, words_found
 from lib.search.indexer import readable_snippet, searchable_indexer
 from lib.storage import keys
 from lib.web import ui
@@ -32,15 +32,11 @@ def marked(text: str, query: str) -> str:
 
 
 def when(time_text: str) -> str:
-    try:
-        moment = keys.parse_time(time_text)
-    except ValueError:
-        return ""
-    return f"{moment:%b} {moment.day}, {moment.year}"
+    moment = keys.time_or_none(time_text)  # a malformed stored time (logged) shows no date
+    return f"{moment:%b} {moment.day}, {moment.year}" if moment is not None else ""
 
 
-with st.sidebar:
-    ui.page_links()
+ui.sidebar(svc, me, ui.chat_view(me.user_id))  # your chats and New chat, as on the chat page
 st.title("Search your chats", anchor=False)
 query = st.text_input(
     "Search",
@@ -63,7 +59,12 @@ if query.strip():
             )
             st.stop()
         outcome = search_chats(
-            indexer.vectors if indexer else None, indexer.embedder if indexer else None, me.user_id, query, top=20
+            indexer.vectors if indexer else None,
+            indexer.embedder if indexer else None,
+            me.user_id,
+            query,
+            top=20,
+            relevant_only=True,  # nonsense finds nothing rather than twenty unrelated turns
         )
         if outcome.note:
             st.info(outcome.note, icon=":material/info:")
@@ -82,8 +83,12 @@ if query.strip():
                 "Nothing found. Try other words: a name, a term, or what the answer was about.",
                 icon=":material/search_off:",
             )
-        elif shown and all(r.keyword_rank is None for r in shown):  # by meaning alone (no keyword rank): say so
-            st.caption("No close match for your words: these are your turns closest in meaning.")
+        elif shown:  # what the results (title and snippet) hold of the query's words: said only when not all
+            held = [words_found(f"{titles[r.session_id]} {readable_snippet(r.snippet)}", outcome.query) for r in shown]
+            if not any(found for found, _ in held):
+                st.caption("None of your words are in these results: they are your turns closest in meaning.")
+            elif not any(found == total for found, total in held):
+                st.caption("No result has all your words; these have some of them.")
         for result in shown:
             with st.container(border=True):
                 # A page link opens the chat at that turn in this tab (a Markdown link would open a new one); the

@@ -70,7 +70,7 @@ def start_app(tmp_path: Path, env: dict[str, str], *args: str) -> App:
             stderr=subprocess.STDOUT,
         )
     app = App(process, port, log_path)
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 300
     while True:
         try:
             socket.create_connection(("127.0.0.1", port), timeout=1).close()

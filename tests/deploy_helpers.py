@@ -28,6 +28,11 @@ NOT_IN_THE_DEPLOYED_APP_FUNCTIONS = {
         "lib/storage/schema.py",
         "add_vector_index",
     ): "called by open_database only for the local backend; on AWS an operator runs `admin add-vector-index`",
+    (
+        "lib/turn/demo.py",
+        "seed_demo",
+    ): "the demo history (batch writes): the chat page offers it only on the local backend (welcome_screen checks "
+    "database.local, and seed_demo refuses AWS unless told); on AWS an operator runs `admin seed-demo --allow-aws`",
 }
 # IAM authorises a transaction by the actions of its items, not by an action of its own.
 TRANSACTION_ITEM_ACTIONS = {

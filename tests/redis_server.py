@@ -46,7 +46,7 @@ class RedisServer:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 300
         while True:
             try:
                 socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()

@@ -198,12 +198,12 @@ class TestIdentity:
 
     def test_oidc_shows_a_sign_in_button_until_logged_in(self, monkeypatch):
         monkeypatch.setenv("CHAT_IDENTITY", "oidc")
-        at = AppTest.from_file(APP, default_timeout=30)
+        at = AppTest.from_file(APP, default_timeout=300)
         at.secrets["auth"] = AUTH_BLOCK
         at.user = {"is_logged_in": False}
         at.run()
         assert [b.label for b in at.button] == ["Sign in"] and not at.chat_input
-        at = AppTest.from_file(APP, default_timeout=30)
+        at = AppTest.from_file(APP, default_timeout=300)
         at.secrets["auth"] = AUTH_BLOCK
         at.user = {"is_logged_in": True, "email": "Carol@Example.com", "name": "Carol"}
         at.run()
@@ -230,7 +230,7 @@ class TestStartUpErrors:
         folder.mkdir()
         (folder / "chat.sqlite3").write_bytes(b"this is not a database" * 100)
         monkeypatch.setenv("CHAT_DATA_DIR", str(folder))
-        at = AppTest.from_file(APP, default_timeout=30).run()
+        at = AppTest.from_file(APP, default_timeout=300).run()
         assert not at.exception
         (error,) = at.error
         assert error.value.startswith("**The app is not configured correctly.**")
@@ -238,7 +238,7 @@ class TestStartUpErrors:
 
     def test_a_configuration_error_says_so_first(self, monkeypatch):
         monkeypatch.setenv("CHAT_BACKEND", "elsewhere")
-        at = AppTest.from_file(APP, default_timeout=30).run()
+        at = AppTest.from_file(APP, default_timeout=300).run()
         assert at.error[0].value.startswith("**The app is not configured correctly.** CHAT_BACKEND must be")
 
 

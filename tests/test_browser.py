@@ -24,6 +24,9 @@ CHROMIUM_ARGS = [
     "--disable-sync",
 ]
 
+HANG_MS = 300_000  # a bound on a hang, never a speed test: every wait ends as soon as what it waits for is there
+HANG_S = HANG_MS / 1000
+
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (.ci/run installs it)")
 
 
@@ -64,7 +67,7 @@ def serve_app(tmp_path, **settings: str):
         stderr=subprocess.STDOUT,
     )
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + HANG_S
         while True:
             try:
                 socket.create_connection(("127.0.0.1", port), timeout=1).close()
@@ -77,7 +80,7 @@ def serve_app(tmp_path, **settings: str):
         yield f"http://127.0.0.1:{port}"
     finally:
         process.terminate()
-        process.wait(timeout=20)
+        process.wait(timeout=HANG_S)
         log.close()
 
 
@@ -103,7 +106,7 @@ def page():
 def ask(page, app_url, question):
     """Open the app and send a question through the chat input, as a person would."""
     page.goto(app_url)
-    page.locator("[data-testid='stChatInput'] textarea").wait_for(timeout=60_000)
+    page.locator("[data-testid='stChatInput'] textarea").wait_for(timeout=HANG_MS)
     type_question(page, question)
 
 
@@ -118,23 +121,23 @@ def type_question(page, question):
 def test_ask_see_the_streamed_answer_reload_and_find_the_session(app_url, page):
     ask(page, app_url, "How should I design a DynamoDB table for chat history?")
     answer = page.locator("[data-testid='stChatMessage']").filter(has_text="Data modelling")
-    answer.first.wait_for(timeout=60_000)
-    page.get_by_text("out tokens").first.wait_for(timeout=60_000)  # the turn finished and was saved
+    answer.first.wait_for(timeout=HANG_MS)
+    page.get_by_text("out tokens").first.wait_for(timeout=HANG_MS)  # the turn finished and was saved
     page.screenshot(path=str(ARTIFACTS / "chat-after-first-answer.png"))
     assert "session=" in page.url
 
     page.reload()
     sidebar = page.locator("[data-testid='stSidebar']")
-    sidebar.get_by_role("button", name="How should I design a DynamoDB").wait_for(timeout=60_000)
+    sidebar.get_by_role("button", name="How should I design a DynamoDB").wait_for(timeout=HANG_MS)
     page.locator("[data-testid='stChatMessage']").filter(has_text="Start from the queries").first.wait_for(
-        timeout=60_000
+        timeout=HANG_MS
     )
     page.screenshot(path=str(ARTIFACTS / "chat-after-reload.png"))
 
     page.goto(app_url)  # a fresh visit without the deep link: the session is in the sidebar; open it
     sidebar.get_by_role("button", name="How should I design a DynamoDB").click()
     page.locator("[data-testid='stChatMessage']").filter(has_text="Start from the queries").first.wait_for(
-        timeout=60_000
+        timeout=HANG_MS
     )
 
 
@@ -149,13 +152,13 @@ def chat_row(page, title):
 @pytest.mark.parametrize("app_url", [0.1], indirect=True)
 def test_leaving_mid_answer_and_coming_back_finds_it_still_coming_then_saved(app_url, page):
     ask(page, app_url, "Tell me about DynamoDB keys")
-    page.get_by_text("You asked").first.wait_for(timeout=60_000)  # the answer has started
+    page.get_by_text("You asked").first.wait_for(timeout=HANG_MS)  # the answer has started
     page.locator("[data-testid='stSidebar']").get_by_role("button", name="New chat").click()
-    page.get_by_text("What can I help with?").wait_for(timeout=60_000)
+    page.get_by_text("What can I help with?").wait_for(timeout=HANG_MS)
     chat_row(page, "Tell me about DynamoDB keys").click()
-    page.get_by_role("button", name="Stop").wait_for(timeout=60_000)  # still being written, shown live
+    page.get_by_role("button", name="Stop").wait_for(timeout=HANG_MS)  # still being written, shown live
     page.screenshot(path=str(ARTIFACTS / "chat-streaming.png"))
-    page.get_by_text("out tokens").first.wait_for(timeout=90_000)  # followed to the end, without a reload
+    page.get_by_text("out tokens").first.wait_for(timeout=HANG_MS)  # followed to the end, without a reload
     assert page.get_by_text("Stopped before the answer was complete.").count() == 0
     assert page.get_by_role("button", name="Stop").count() == 0
 
@@ -163,67 +166,67 @@ def test_leaving_mid_answer_and_coming_back_finds_it_still_coming_then_saved(app
 @pytest.mark.parametrize("app_url", [0.1], indirect=True)
 def test_closing_the_tab_mid_answer_still_finishes_the_answer(app_url, page):
     ask(page, app_url, "Tell me about DynamoDB keys")
-    page.get_by_text("You asked").first.wait_for(timeout=60_000)
+    page.get_by_text("You asked").first.wait_for(timeout=HANG_MS)
     context = page.context
     page.close()  # nobody is watching: by default the answer is finished anyway
     reopened = context.new_page()
     reopened.goto(app_url)
     chat_row(reopened, "Tell me about DynamoDB keys").click()
-    reopened.get_by_text("out tokens").first.wait_for(timeout=90_000)
+    reopened.get_by_text("out tokens").first.wait_for(timeout=HANG_MS)
     assert reopened.get_by_text("Stopped before the answer was complete.").count() == 0
 
 
 @pytest.mark.parametrize("app_url", [0.1], indirect=True)
 def test_stop_keeps_what_arrived_as_stopped_then_retry_answers(app_url, page):
     ask(page, app_url, "Tell me about DynamoDB keys")
-    page.get_by_text("You asked").first.wait_for(timeout=60_000)
+    page.get_by_text("You asked").first.wait_for(timeout=HANG_MS)
     page.get_by_role("button", name="Stop").click()
-    page.get_by_text("Stopped before the answer was complete.").wait_for(timeout=30_000)
+    page.get_by_text("Stopped before the answer was complete.").wait_for(timeout=HANG_MS)
     page.get_by_text("You asked").first.wait_for()  # the partial answer was kept
     page.screenshot(path=str(ARTIFACTS / "chat-stopped.png"))
     assert page.get_by_text("out tokens").count() == 0
     page.get_by_role("button", name="Retry").click()
-    page.get_by_role("button", name="Stop").wait_for(timeout=60_000)  # the retry is being written
+    page.get_by_role("button", name="Stop").wait_for(timeout=HANG_MS)  # the retry is being written
     page.wait_for_timeout(1_000)
     # The failed answer is gone at once: not left under the new one, faded, until the retry is saved
     assert page.get_by_text("Stopped before the answer was complete.").count() == 0
     assert page.get_by_role("button", name="Retry").count() == 0
     assert page.get_by_role("button", name="Stop").count() == 1
-    page.get_by_text("out tokens").first.wait_for(timeout=90_000)
+    page.get_by_text("out tokens").first.wait_for(timeout=HANG_MS)
     assert page.get_by_text("Stopped before the answer was complete.").count() == 0
 
 
 @pytest.mark.parametrize("app_url", [0.1], indirect=True)
 def test_type_ahead_is_refused_with_the_text_kept_then_sent_after_the_answer(app_url, page):
     ask(page, app_url, "Tell me about DynamoDB keys")
-    page.get_by_text("You asked").first.wait_for(timeout=60_000)
+    page.get_by_text("You asked").first.wait_for(timeout=HANG_MS)
     box = type_question(page, "and what about sort keys?")
-    page.get_by_text("Not sent yet: the answer above is still being written").wait_for(timeout=30_000)
+    page.get_by_text("Not sent yet: the answer above is still being written").wait_for(timeout=HANG_MS)
     assert box.input_value() == "and what about sort keys?"  # kept in the box
     page.screenshot(path=str(ARTIFACTS / "chat-type-ahead.png"))
-    page.get_by_text("out tokens").first.wait_for(timeout=90_000)
+    page.get_by_text("out tokens").first.wait_for(timeout=HANG_MS)
     assert box.input_value() == "and what about sort keys?"
     box.press("Enter")
-    page.locator(MESSAGES).filter(has_text="and what about sort keys?").first.wait_for(timeout=30_000)
-    page.get_by_text("out tokens").nth(1).wait_for(timeout=90_000)
+    page.locator(MESSAGES).filter(has_text="and what about sort keys?").first.wait_for(timeout=HANG_MS)
+    page.get_by_text("out tokens").nth(1).wait_for(timeout=HANG_MS)
     assert page.locator(MESSAGES).count() == 4
 
 
 @pytest.mark.parametrize("app_url", [0.1], indirect=True)
 def test_a_second_browser_follows_the_answer_live_until_it_is_saved(app_url, page):
     ask(page, app_url, "Tell me about DynamoDB keys")
-    page.get_by_text("You asked").first.wait_for(timeout=60_000)
+    page.get_by_text("You asked").first.wait_for(timeout=HANG_MS)
     other = page.context.browser.new_context(viewport={"width": 390, "height": 844}).new_page()  # a phone
     other.goto(page.url)  # the same chat's link
-    other.get_by_role("button", name="Stop").wait_for(timeout=60_000)
+    other.get_by_role("button", name="Stop").wait_for(timeout=HANG_MS)
     answer = other.locator(MESSAGES).nth(1)
     before = len(answer.inner_text())
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + HANG_S
     while len(answer.inner_text()) <= before:  # it grows without a reload
         assert time.monotonic() < deadline, "the second browser's answer never grew"
         time.sleep(0.3)
-    other.get_by_text("out tokens").first.wait_for(timeout=90_000)
-    page.get_by_text("out tokens").first.wait_for(timeout=30_000)
+    other.get_by_text("out tokens").first.wait_for(timeout=HANG_MS)
+    page.get_by_text("out tokens").first.wait_for(timeout=HANG_MS)
     assert answer.inner_text().count("Start from the queries") == 1
 
 
@@ -252,14 +255,14 @@ def test_a_link_to_an_old_turn_opens_the_chat_scrolled_to_it(tmp_path, page):
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=HANG_S,
     )
     session_id, turn_id = prepared.stdout.split()
     with serve_app(tmp_path) as url:
         page.goto(f"{url}/?session={session_id}&turn={turn_id}")
-        page.get_by_text("answer 3", exact=True).wait_for(timeout=60_000)
+        page.get_by_text("answer 3", exact=True).wait_for(timeout=HANG_MS)
         linked = page.locator(f".st-key-linked-{turn_id}")
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + HANG_S
         while not 0 <= linked.bounding_box()["y"] < 900:  # scrolled into the viewport once the page settled
             assert time.monotonic() < deadline, "the linked turn was never scrolled into view"
             time.sleep(0.2)
@@ -267,12 +270,12 @@ def test_a_link_to_an_old_turn_opens_the_chat_scrolled_to_it(tmp_path, page):
 
 def test_a_search_result_opens_its_chat_at_that_turn_in_the_same_tab(app_url, page):
     ask(page, app_url, "How do we rotate the database password?")
-    page.get_by_text("out tokens").first.wait_for(timeout=90_000)
+    page.get_by_text("out tokens").first.wait_for(timeout=HANG_MS)
     type_question(page, "And what about the invoice archive?")
-    page.get_by_text("out tokens").nth(1).wait_for(timeout=90_000)
+    page.get_by_text("out tokens").nth(1).wait_for(timeout=HANG_MS)
     page.locator("[data-testid='stSidebar']").get_by_role("link", name="Search").click()
     query = page.get_by_role("textbox").first
-    query.wait_for(timeout=30_000)
+    query.wait_for(timeout=HANG_MS)
     result = page.locator("[data-testid='stPageLink-NavLink']").filter(has_text="rotate the database password")
     for _ in range(30):  # the turn's vector is written after its save, by the worker: give it a moment
         query.fill("rotate database password")
@@ -285,7 +288,7 @@ def test_a_search_result_opens_its_chat_at_that_turn_in_the_same_tab(app_url, pa
     result.first.click()
     page.locator("[data-testid='stChatMessage']").filter(
         has_text="How do we rotate the database password?"
-    ).first.wait_for(timeout=30_000)
+    ).first.wait_for(timeout=HANG_MS)
     assert len(page.context.pages) == pages_before  # the same tab, not a new one
     assert "session=" in page.url and page.get_by_text("out tokens").count() == 2
     page.screenshot(path=str(ARTIFACTS / "search-result-opened.png"))

@@ -8,7 +8,7 @@ import pytest
 
 from tests.fake_anthropic import Behaviour, FakeAnthropic
 from tests.long_answers import chunks_of, long_answer
-from tests.test_browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, ask, serve_app
+from tests.test_browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, HANG_MS, ask, serve_app
 
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (.ci/run installs it)")
 
@@ -57,7 +57,7 @@ def new_page(browser, width=1280, height=900):
     return page
 
 
-def answered(page, timeout=120_000):
+def answered(page, timeout=HANG_MS):
     """Wait until the turn is saved, the page has rerun (the caption under a finished answer), and every
     lazily loaded element (code boxes load their highlighter) has replaced its skeleton."""
     page.get_by_text("out tokens").first.wait_for(timeout=timeout)
@@ -109,8 +109,8 @@ def test_a_100_kb_answer_streams_and_the_page_then_equals_the_reopened_chat(clau
     box = page.locator("[data-testid='stChatInput'] textarea")
     box.fill("Now write me a long design document")
     box.press("Enter")
-    page.get_by_text("out tokens").nth(1).wait_for(timeout=120_000)
-    page.wait_for_function("!document.querySelector(\"[data-testid='stSkeleton']\")", timeout=120_000)
+    page.get_by_text("out tokens").nth(1).wait_for(timeout=HANG_MS)
+    page.wait_for_function("!document.querySelector(\"[data-testid='stSkeleton']\")", timeout=HANG_MS)
     answer = page.locator(MESSAGES).nth(3)
     streamed = answer.inner_text()
     fences, tables = text.count("```python"), text.count("| record |")
@@ -121,8 +121,8 @@ def test_a_100_kb_answer_streams_and_the_page_then_equals_the_reopened_chat(clau
 
     reopened = new_page(browser)
     reopened.goto(session_url)
-    reopened.get_by_text("out tokens").nth(1).wait_for(timeout=120_000)
-    reopened.wait_for_function("!document.querySelector(\"[data-testid='stSkeleton']\")", timeout=120_000)
+    reopened.get_by_text("out tokens").nth(1).wait_for(timeout=HANG_MS)
+    reopened.wait_for_function("!document.querySelector(\"[data-testid='stSkeleton']\")", timeout=HANG_MS)
     assert reopened.locator(MESSAGES).nth(3).inner_text() == streamed
     assert not page.errors and not reopened.errors
 
@@ -161,12 +161,12 @@ def test_pathological_markdown_is_shown_plain_and_the_page_stays_usable(app_url,
     question = page.locator(MESSAGES).first
     assert question.get_by_text("Shown as plain text").count() == 1  # a long question shows its start
     question.get_by_role("button", name="Show all").click()
-    question.get_by_role("button", name="Show less").wait_for(timeout=30_000)
+    question.get_by_role("button", name="Show less").wait_for(timeout=HANG_MS)
     page.wait_for_function("!document.querySelector(\"[data-testid='stSkeleton']\")")
     assert question.get_by_text("Shown as plain text").count() == 2
     assert question.locator("[data-testid='stCode']").count() == 2
     page.locator("[data-testid='stSidebar']").get_by_role("button", name="New chat").click()
-    page.get_by_text("What can I help with?").wait_for(timeout=30_000)  # the page still answers clicks
+    page.get_by_text("What can I help with?").wait_for(timeout=HANG_MS)  # the page still answers clicks
     assert not [e for e in page.errors if "Maximum call stack" in e or "Error" in e]
 
 
@@ -174,7 +174,7 @@ def test_on_a_phone_the_demo_banner_takes_two_lines_at_most_and_suggestions_are_
     page = new_page(browser, 390, 844)
     page.goto(app_url)
     banner = page.get_by_text("Demo mode")
-    banner.wait_for(timeout=60_000)
+    banner.wait_for(timeout=HANG_MS)
     page.get_by_text("What can I help with?").wait_for()
     page.screenshot(path=str(ARTIFACTS / "chat-phone.png"))
     box = page.locator("[data-testid='stCaptionContainer']").filter(has_text="Demo mode").bounding_box()
@@ -190,10 +190,10 @@ def test_what_the_model_saw_lists_the_parts_of_the_prompt(app_url, browser):
     box = page.locator("[data-testid='stChatInput'] textarea")
     box.fill("Which language should the example use?")
     box.press("Enter")
-    page.get_by_text("out tokens").nth(1).wait_for(timeout=120_000)
+    page.get_by_text("out tokens").nth(1).wait_for(timeout=HANG_MS)
     page.get_by_text("What the model saw").last.click()
     table = page.locator("[data-testid='stDataFrame']")
-    table.wait_for(timeout=30_000)
-    page.get_by_text("tokens in all").wait_for(timeout=30_000)
+    table.wait_for(timeout=HANG_MS)
+    page.get_by_text("tokens in all").wait_for(timeout=HANG_MS)
     page.screenshot(path=str(ARTIFACTS / "chat-what-the-model-saw.png"), full_page=True)
     assert not [e for e in page.errors if "favicon" not in e]

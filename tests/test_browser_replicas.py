@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from tests.redis_server import REDIS_SERVER, redis_server  # noqa: F401 (the fixture)
-from tests.test_browser import ARTIFACTS, CHROMIUM, ROOT, serve_app
+from tests.test_browser import ARTIFACTS, CHROMIUM, HANG_MS, ROOT, serve_app
 from tests.test_browser_chat import browser  # noqa: F401 (the fixture: one Chromium per test)
 
 pytestmark = [
@@ -37,7 +37,7 @@ def dynamo(tmp_path):
         yield url
     finally:
         process.kill()
-        process.wait(timeout=20)
+        process.wait(timeout=HANG_MS / 1000)
 
 
 @pytest.fixture
@@ -74,22 +74,22 @@ def test_the_other_replica_shows_the_answer_live_and_can_stop_it(replicas, brows
     laptop = signed_in(browser)
     laptop.goto(first_url)
     box = laptop.locator("[data-testid='stChatInput'] textarea")
-    box.wait_for(timeout=60_000)
+    box.wait_for(timeout=HANG_MS)
     box.fill("Tell me about DynamoDB keys")
     box.press("Enter")
-    laptop.get_by_text("You asked").first.wait_for(timeout=60_000)
+    laptop.get_by_text("You asked").first.wait_for(timeout=HANG_MS)
     session = laptop.url.split("session=")[1].split("&")[0]
 
     phone = signed_in(browser, width=390, height=844)
     phone.goto(f"{second_url}/?session={session}")  # the other replica: the answer is only in Redis
-    phone.get_by_role("button", name="Stop").wait_for(timeout=60_000)
+    phone.get_by_role("button", name="Stop").wait_for(timeout=HANG_MS)
     answer = phone.locator(MESSAGES).nth(1)
-    answer.get_by_text("You asked").wait_for(timeout=30_000)
+    answer.get_by_text("You asked").wait_for(timeout=HANG_MS)
     phone.screenshot(path=str(ARTIFACTS / "replica-live.png"))
     phone.get_by_role("button", name="Stop").click()  # stops the worker on the first replica
-    phone.get_by_text("Stopped before the answer was complete.").wait_for(timeout=30_000)
-    laptop.get_by_text("Stopped before the answer was complete.").wait_for(timeout=30_000)
+    phone.get_by_text("Stopped before the answer was complete.").wait_for(timeout=HANG_MS)
+    laptop.get_by_text("Stopped before the answer was complete.").wait_for(timeout=HANG_MS)
     assert phone.get_by_role("button", name="Retry").count() == 1
     phone.get_by_role("button", name="Retry").click()  # answered by the second replica this time
-    phone.get_by_text("out tokens").first.wait_for(timeout=90_000)
-    laptop.get_by_text("out tokens").first.wait_for(timeout=90_000)  # the first learns it through Redis
+    phone.get_by_text("out tokens").first.wait_for(timeout=HANG_MS)
+    laptop.get_by_text("out tokens").first.wait_for(timeout=HANG_MS)  # the first learns it through Redis

@@ -37,6 +37,18 @@ def a_chat_of(turns: int):
     return session
 
 
+def pins(at):
+    """The marked containers of linked turns (lib.web.turn_view.watch_linked_turns scrolls to one on arrival)."""
+    found, todo = [], [at.main]
+    while todo:
+        node = todo.pop()
+        block_id = getattr(getattr(node, "proto", None), "id", "") or ""
+        if "-linked-" in block_id:
+            found.append(block_id.split("-linked-")[1])
+        todo += list(getattr(node, "children", {}).values())
+    return found
+
+
 def user_turns(at):
     return [m.markdown[0].value for m in at.chat_message if m.name == "user"]
 
@@ -66,9 +78,9 @@ class TestLongChats:
         assert len([r for r in records if r.operation == "Query"]) == 4  # sidebar, the chat, 2 older pages
         at = new_browser(session=session.session_id, turn=target.message_id)
         assert not at.exception and "turn 3" in user_turns(at)
-        assert at.get("iframe")  # the one-off scroll to it
+        assert pins(at) == [target.message_id]
         at.run()
-        assert not at.get("iframe")  # once
+        assert not pins(at)  # the scroll to it, once
         for bad in ("../../etc", "01NOTAVALIDULID", "z" * 26):  # not a turn id: nothing is paged
             records = requests_made(lambda bad=bad: new_browser(session=session.session_id, turn=bad))
             assert [r.operation for r in records] == ["Query", "Query"]
@@ -82,10 +94,10 @@ class TestLongChats:
         assert "turn 3" not in user_turns(at)
         at.query_params["turn"] = target.message_id
         at.run()
-        assert not at.exception and "turn 3" in user_turns(at) and at.get("iframe")
+        assert not at.exception and "turn 3" in user_turns(at) and pins(at)
         assert "turn" not in at.query_params  # followed once: a rerun or a reload does not scroll again
         at.run()
-        assert not at.get("iframe")
+        assert not pins(at)
 
     def test_a_collapsed_page_is_not_drawn_and_an_opened_one_is(self):
         session = a_chat_of(45)
@@ -159,6 +171,19 @@ class TestFollowUps:
 
 @pytest.mark.usefixtures("app_env")
 class TestPolish:
+    def test_a_pasted_traceback_and_line_breaks_show_as_typed_live_and_reopened(self):
+        from tests.pastes import TRACEBACK
+
+        at = send(new_browser(), f"Why does this fail?\n{TRACEBACK}")
+        prose = "Dear team,\nthe release moves to Friday.\nThanks"
+        send(at, prose)
+        session_id = services().store.list_sessions(DEV).items[0].session_id
+        for shown in (at, new_browser(session=session_id)):  # the tab that asked, then the chat reopened
+            first, second = [m for m in shown.chat_message if m.name == "user"]
+            assert [c.value for c in first.code] == [TRACEBACK]
+            assert [m.value for m in first.markdown] == ["Why does this fail?"]
+            assert [m.value for m in second.markdown] == ["Dear team,  \nthe release moves to Friday.  \nThanks"]
+
     def test_a_long_question_is_collapsed_with_show_all(self):
         long_question = "\n".join(f"line {i} " + "x" * 40 for i in range(60))  # 60 short lines
         at = send(new_browser(), long_question)
@@ -222,6 +247,8 @@ class TestPolish:
         at.run()
         (box,) = [c for c in at.code if c.language == "markdown"]
         assert "You asked: *copy me*" in box.value
+        (popover,) = [p.proto.popover for p in at.get("popover") if p.proto.popover.label.startswith("Copy")]
+        assert popover.label == "Copy…" and "puts it on the clipboard" in popover.help  # says what it does
 
     def test_sidebar_dates_are_headings_so_the_selected_row_has_no_grey_text(self):
         import datetime as dt
@@ -252,3 +279,42 @@ class TestPolish:
         at.text_input[0].set_value("![t](http://127.0.0.1:9/t)")
         button(at, "Save").click().run()
         assert at.subheader[0].value == "\\!\\[t\\]\\(http\\://127\\.0\\.0\\.1\\:9/t\\)"
+
+
+@pytest.mark.usefixtures("app_env")
+class TestDemoHistoryButton:
+    def test_behind_a_sign_in_proxy_the_demo_is_written_for_the_user_who_clicked(self, monkeypatch):
+        from lib.turn.demo import COLLEAGUES
+        from lib.web import ui
+
+        monkeypatch.setenv("CHAT_IDENTITY", "header")
+        monkeypatch.setattr(ui, "request_headers", lambda: {"X-Forwarded-Email": "carol@example.com"})
+        at = new_browser()
+        assert "three weeks of chats: yours and four demo colleagues'" in " ".join(c.value for c in at.caption)
+        button(at, "Load demo history").click().run()
+        assert not at.exception
+        titles = [b for b in at.sidebar.button if b.key and b.key.startswith("open-")]
+        assert len(titles) >= 10 and not [b for b in at.button if b.label == "Load demo history"]
+        store = services().store
+        assert store.list_sessions(DEV).items == []  # nothing for the development user nobody signed in as
+        assert all(store.list_sessions(c).items for c in COLLEAGUES)
+
+
+@pytest.mark.usefixtures("app_env")
+class TestWhatTheModelSaw:
+    def test_a_reopened_chat_names_the_memory_by_its_text_and_says_what_each_token_count_counts(self):
+        at = send(new_browser(), "I prefer Python for examples.")
+        send(at, "Which language should the example use?")
+        session_id = services().store.list_sessions(DEV).items[0].session_id
+        (message,) = [
+            m for m in services().store.open_session(DEV, session_id).messages if m.input_body.startswith("Which")
+        ]
+        if not [p for p in message.context if p["kind"] == "memory"]:
+            pytest.skip("the demo extractor kept no memory from the first question")
+        reopened = new_browser(session=session_id)  # a new browser session: no memory in its cache
+        reopened.session_state[f"saw-{message.message_id}"] = True
+        reopened.run()
+        what = dict(zip(reopened.dataframe[0].value["Part"], reopened.dataframe[0].value["What"]))
+        assert what["Memory"] == "I prefer Python for examples."  # its text, not its id
+        (caption,) = [c.value for c in reopened.caption if "tokens in all" in c.value]
+        assert f"the model counted {message.input_token:,} input tokens" in caption

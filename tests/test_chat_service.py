@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import threading
 
 import pytest
 
 from lib.config import Settings
 from lib.context.cache import ContextCache, MemoryState
 from lib.context.engine import ContextEngine
-from lib.errors import ChatError, EmptyQuestion, GenerationLimit
+from lib.errors import ChatBusy, ChatError, EmptyQuestion, GenerationLimit, MessageNotPending
 from lib.hot.tier import HotTier
 from lib.model.models import DemoModel, ModelError, Reply
 from lib.storage.records import DONE, FAILED, PENDING
@@ -49,7 +50,8 @@ class TestATurn:
     def test_the_question_is_committed_before_the_answer_and_the_worker_saves_it(self, chat, store, requests):
         sent = chat.ask(U, None, "How do ULIDs sort?", history=[], summary=None, cache=ContextCache())
         assert requests.names[0] == "TransactWriteItems"  # the commit comes first
-        assert sent.first and sent.message.status == PENDING and sent.version is None  # no hot tier
+        assert sent.first and sent.message.status == PENDING
+        assert sent.version == chat.version(U, sent.session.session_id)  # this process's own change counter
         live = done(chat, sent)
         stored = store.open_session(U, sent.session.session_id).messages
         assert [m.status for m in stored] == [DONE] and stored[0].output_body == live.saved.output_body
@@ -238,3 +240,200 @@ class TestEveryWriteMovesTheChatsCounter:
         renamed = chat.rename(U, store.get_session(U, live.session_id), "Greetings")
         rated = chat.set_feedback(U, live.saved, 1)
         assert (renamed.version, rated.version) == (before + 1, before + 2)
+
+
+class TestOneAnswerAtATime:
+    """The caps and 'one answer per chat' hold under concurrency: checked and reserved in one step, before the
+    question is committed, whichever tab (thread) or replica asks."""
+
+    def slow(self, client, table, meter, store, **kw):
+        return service(client, table, meter, store, model=DemoModel(delay_s=0.05), **kw)
+
+    def finish_all(self, chat, sents):
+        for sent in sents:
+            chat.stop(sent.message.message_id)
+            done(chat, sent)
+
+    def race(self, n, work):
+        """Run `work(i)` in n threads released together; returns (results, errors)."""
+        barrier, results, errors = threading.Barrier(n), [], []
+
+        def run(i):
+            barrier.wait()
+            try:
+                results.append(work(i))
+            except ChatError as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return results, errors
+
+    def test_ten_tabs_sending_at_once_get_no_more_answers_than_the_cap(self, client, table, meter, store):
+        chat = self.slow(client, table, meter, store)  # per_user=2
+        sents, errors = self.race(
+            10, lambda i: chat.ask(U, None, f"question {i}", history=[], summary=None, cache=ContextCache())
+        )
+        assert len(sents) == 2 and len(errors) == 8 and all(isinstance(e, GenerationLimit) for e in errors)
+        assert len(store.list_sessions(U).items) == 2  # a refused question committed nothing
+        self.finish_all(chat, sents)
+
+    def test_a_second_question_in_a_chat_whose_answer_is_coming_is_refused_and_commits_nothing(
+        self, client, table, meter, store
+    ):
+        chat = self.slow(client, table, meter, store)
+        first = chat.ask(U, None, "a long answer please", history=[], summary=None, cache=ContextCache())
+        stale = store.get_session(U, first.session.session_id)  # another tab, same chat
+        with pytest.raises(ChatBusy):
+            chat.ask(U, stale, "meanwhile", history=[], summary=None, cache=ContextCache())
+        self.finish_all(chat, [first])
+        assert [m.input_body for m in store.open_session(U, first.session.session_id).messages] == [
+            "a long answer please"
+        ]
+
+    def test_ten_tabs_retrying_one_turn_start_one_answer(self, client, table, meter, store):
+        chat = service(client, table, meter, store, model=Failing(after=3), CHAT_MAX_GENERATIONS_PER_USER="20")
+        chat.generations.per_user = 20
+        failed = done(chat, chat.ask(U, None, "tell me", history=[], summary=None, cache=ContextCache()))
+        view = store.open_session(U, failed.session_id)
+        chat.model.after, chat.model._delay = None, 0.05
+        sents, errors = self.race(
+            10,
+            lambda i: chat.retry(
+                U, view.session, view.messages[0], history=view.messages, summary=None, cache=ContextCache()
+            ),
+        )
+        assert len(sents) == 1 and len(errors) == 9
+        assert all(isinstance(e, (ChatBusy, MessageNotPending)) for e in errors)
+        done(chat, sents[0])
+        (turn,) = store.open_session(U, failed.session_id).messages
+        assert turn.status == DONE
+
+    def test_a_retry_from_a_tab_that_missed_another_tabs_retry_is_refused(self, store):
+        session, pending = store.create_session(U, "q", system_prompt_id="default-v1")
+        failed = store.fail_message(U, pending, output_body="", error="x")
+        store.restart_message(U, failed)  # tab 1
+        with pytest.raises(MessageNotPending, match="already being written again"):
+            store.restart_message(U, failed)  # tab 2 holds the turn as it was before tab 1's Retry
+
+    def test_a_question_sent_between_the_last_words_and_the_save_waits_for_the_save(self, client, table, meter, store):
+        chat = service(client, table, meter, store)
+        gate, saving = threading.Event(), threading.Event()
+
+        def hold_the_save(model, **_):  # the worker's finish waits here: its stream has ended, not its save
+            if model.name == "UpdateItem" and not gate.is_set():
+                saving.set()
+                gate.wait(30)
+
+        client.meta.events.register("before-call.dynamodb", hold_the_save)
+        try:
+            first = chat.ask(U, None, "hello", history=[], summary=None, cache=ContextCache())
+            assert saving.wait(30)
+            threading.Timer(0.2, gate.set).start()
+            view = store.get_session(U, first.session.session_id)
+            second = chat.ask(U, view, "and now?", history=[first.message], summary=None, cache=ContextCache())
+        finally:
+            gate.set()
+            client.meta.events.unregister("before-call.dynamodb", hold_the_save)
+        assert second.waited and first.live.saved is not None
+        done(chat, second)
+        assert [m.status for m in store.open_session(U, first.session.session_id).messages] == [DONE, DONE]
+
+
+class TestOneAnswerAcrossReplicas:
+    @pytest.fixture
+    def replicas(self, client, table, meter, store, redis_server):
+        def replica():
+            hot = HotTier.connect(redis_server.url, prefix="chat:test-claims:", ttl_s=300)
+            return service(client, table, meter, store, hot=hot, model=DemoModel(delay_s=0.05))
+
+        return replica(), replica()
+
+    def test_another_replica_cannot_start_a_second_answer_in_a_chat_being_answered(self, replicas, store):
+        a, b = replicas
+        first = a.ask(U, None, "a long answer please", history=[], summary=None, cache=ContextCache())
+        stale = store.get_session(U, first.session.session_id)
+        with pytest.raises(ChatBusy):
+            b.ask(U, stale, "from the other replica", history=[], summary=None, cache=ContextCache())
+        a.stop(first.message.message_id)
+        done(a, first)
+        view = store.open_session(U, first.session.session_id)  # once it is saved, the chat is free again
+        later = b.ask(U, view.session, "now?", history=view.messages, summary=None, cache=ContextCache())
+        b.stop(later.message.message_id)
+        done(b, later)
+
+    def test_the_per_user_cap_counts_every_replica(self, replicas):
+        a, b = replicas  # per_user=2 each
+        sents = [
+            a.ask(U, None, "one", history=[], summary=None, cache=ContextCache()),
+            b.ask(U, None, "two", history=[], summary=None, cache=ContextCache()),
+        ]
+        with pytest.raises(GenerationLimit):
+            a.ask(U, None, "three", history=[], summary=None, cache=ContextCache())
+        for chat, sent in zip((a, b), sents):
+            chat.stop(sent.message.message_id)
+            done(chat, sent)
+
+
+class TestAnAnswerThatEndsEarlyIsStillCounted:
+    """The provider bills the prompt and the output already produced, also for a stopped or dropped answer."""
+
+    @pytest.fixture
+    def fake(self):
+        from tests.fake_anthropic import FakeAnthropic
+
+        server = FakeAnthropic()
+        yield server
+        server.close()
+
+    def claude(self, fake):
+        from lib.services import make_model
+
+        env = {
+            "ANTHROPIC_API_KEY": "sk-test",
+            "CHAT_ANTHROPIC_BASE_URL": fake.url,
+            "CHAT_MODEL_MAX_RETRIES": "0",
+            "CHAT_MODEL": "claude-test",
+        }
+        return make_model(Settings.load(env=env, secrets={}))
+
+    def test_a_stopped_answer_keeps_the_reported_input_and_counts_its_output_and_is_logged_stopped(
+        self, client, table, meter, store, fake, capsys
+    ):
+        from tests.fake_anthropic import Behaviour
+        from tests.turn_helpers import wait_for
+
+        fake.enqueue(Behaviour("text", chunks=[f"word{i} " for i in range(200)], chunk_delay_s=0.01, input_tokens=321))
+        chat = service(client, table, meter, store, model=self.claude(fake))
+        sent = chat.ask(U, None, "tell me a long story", history=[], summary=None, cache=ContextCache())
+        wait_for(lambda: sent.live.chunks >= 5, timeout=300)
+        chat.stop(sent.message.message_id)
+        saved = done(chat, sent).saved
+        assert saved.status == FAILED and saved.tokens_estimated
+        assert saved.input_token == 321  # reported by the provider when the stream started
+        assert saved.output_token >= 5  # counted from what arrived (one token a word here, at least)
+        (line,) = [json.loads(x) for x in capsys.readouterr().err.splitlines() if '"turn.saved"' in x]
+        assert (line["outcome"], line["stopped"], line["tokens_estimated"]) == ("failed", True, True)
+        assert store.open_session(U, sent.session.session_id).messages[0].tokens_estimated
+
+    def test_a_dropped_answer_is_counted_and_not_logged_as_stopped(self, client, table, meter, store, fake, capsys):
+        from tests.fake_anthropic import Behaviour
+
+        fake.enqueue(Behaviour("drop", chunks=["Half ", "an ", "answer "], input_tokens=77))
+        chat = service(client, table, meter, store, model=self.claude(fake))
+        saved = done(chat, chat.ask(U, None, "q", history=[], summary=None, cache=ContextCache())).saved
+        assert (saved.status, saved.input_token, saved.tokens_estimated) == (FAILED, 77, True)
+        assert saved.output_token > 0
+        (line,) = [json.loads(x) for x in capsys.readouterr().err.splitlines() if '"turn.saved"' in x]
+        assert line["stopped"] is False
+
+    def test_a_complete_answer_has_the_providers_exact_counts(self, client, table, meter, store, fake):
+        from tests.fake_anthropic import Behaviour
+
+        fake.enqueue(Behaviour("text", input_tokens=40, output_tokens=9))
+        chat = service(client, table, meter, store, model=self.claude(fake))
+        saved = done(chat, chat.ask(U, None, "q", history=[], summary=None, cache=ContextCache())).saved
+        assert (saved.status, saved.input_token, saved.output_token, saved.tokens_estimated) == (DONE, 40, 9, False)

@@ -1,6 +1,7 @@
 """The SessionContextLoader alone: within budget for random inputs, whole turns only, sources and notes."""
 
 import random
+from dataclasses import replace
 
 import pytest
 
@@ -9,6 +10,7 @@ from lib.context.cache import ContextCache
 from lib.context.loader import RECALL_HEADER, SessionContextLoader
 from lib.context.recall import KeywordRecall
 from lib.storage.records import DONE, FAILED, PENDING, Memory, Message, Summary
+from lib.turn.turns import STOPPED
 
 WORDS = (
     "deploy window thursday postgres port staging budget tabs spaces kafka retention 部署 窗口 数据库 "
@@ -184,7 +186,8 @@ class TestOrderAndSources:
         context = self.load()
         verbatim = sum(s.kind == "turn" for s in context.sources)
         recalled = sum(s.kind == "recalled" for s in context.sources)
-        left = 30 - verbatim - recalled - 21
+        sent = {s.id for s in context.sources if s.kind in ("turn", "recalled")}
+        left = sum(1 for m in self.history[21:] if m.message_id not in sent)  # neither sent nor summarised
         assert context.note == (
             f"The model saw the newest {verbatim} and {recalled} recalled of 30 earlier turns, "
             f"a summary of the 21 oldest, 1 memory; {left} earlier turns were left out "
@@ -245,3 +248,40 @@ class TestMemoryShare:
         assert tokens.count(block) <= 250
         times = [s.time for s in sent]
         assert times == sorted(times)
+
+
+class TestNoteIsTrue:
+    """The note under an answer says why a turn was not sent: the budget, or that it has no answer to send."""
+
+    def load(self, history, budget=24_000, earlier=None):
+        return SessionContextLoader().load(
+            user_id="u",
+            session_id="s",
+            system="You help.",
+            question="and then?",
+            history=history,
+            budget=budget,
+            earlier_turns=earlier,
+        )
+
+    def test_a_stopped_turn_in_a_small_chat_is_not_sent_and_the_note_says_why_not_the_budget(self):
+        stopped = replace(turn(1, "tell me more", "Half an ans", status=FAILED), error=STOPPED)
+        history = [turn(0, "hello", "hi there"), stopped, turn(2, "ok", "fine")]
+        context = self.load(history)
+        assert context.note == "The model saw 2 of 3 earlier turns; 1 stopped turn is not sent (no whole answer)."
+        assert "budget" not in context.note
+
+    def test_failed_and_unfinished_turns_are_named_as_such(self):
+        failed = replace(turn(1, "q1", "", status=FAILED), error="The model is overloaded.")
+        history = [turn(0, "q0", "a0"), failed, turn(2, "q2", "", status=PENDING), turn(3, "q3", "a3")]
+        assert self.load(history).note == (
+            "The model saw 2 of 4 earlier turns; 1 failed and 1 unfinished turns are not sent (no whole answer)."
+        )
+
+    def test_turns_left_out_for_the_budget_still_say_so_beside_a_stopped_one(self):
+        stopped = replace(turn(1, "q", "x", status=FAILED), error=STOPPED)
+        history = [turn(0, "old " * 400, "answer " * 400), stopped] + [turn(i, f"q{i}", f"a{i}") for i in range(2, 5)]
+        note = self.load(history, budget=600).note
+        assert note.endswith(
+            "; 1 earlier turn was left out (token budget); 1 stopped turn is not sent (no whole answer)."
+        )

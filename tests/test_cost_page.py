@@ -19,7 +19,7 @@ from lib.usage import costs, readable
 from lib.usage.pricing import Prices
 from lib.web import ui
 from tests.faults import Faults
-from tests.test_browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, serve_app
+from tests.test_browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, HANG_MS, HANG_S, serve_app
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
 DEV = "dev@localhost"
@@ -36,7 +36,7 @@ def seeded(monkeypatch, server):
 
 
 def cost_page(**query) -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=60)
+    at = AppTest.from_file(APP, default_timeout=HANG_S)
     at.query_params.update(query)
     at.run()
     at.switch_page("pages/cost.py").run()
@@ -164,8 +164,9 @@ class TestAdmin:
             table["Action"]
         )
         numbers = table.drop(columns=["Action", "Category"])
-        # The demo's vector bytes are priced nowhere: unknown (NaN) where there are bytes, never $0.
-        assert (numbers["Vector $"].isna() == (numbers["Vector bytes"] > 0)).all()
+        # The demo's vector bytes are priced nowhere: "unknown" where there are bytes (never "None" or $0).
+        assert ((numbers["Vector $"] == "unknown") == (numbers["Vector bytes"] > 0)).all()
+        assert set(numbers["Vector $"]) - {"unknown"} <= {"$0.00"}
         numbers = numbers.drop(columns=["Vector $"])
         assert (numbers.abs().sum() > 0).all(), numbers.columns
         assert "Service-reported requests" not in table and "Modeled write units" not in table  # local: all modeled
@@ -215,7 +216,7 @@ class TestUnavailable:
         self, seeded, monkeypatch, no_backoff_sleep, admins, operation
     ):
         monkeypatch.setenv("CHAT_ADMINS", admins)
-        at = AppTest.from_file(APP, default_timeout=60)
+        at = AppTest.from_file(APP, default_timeout=HANG_S)
         at.run()  # the chat page first (its sidebar is a Query too)
         page_services = ui._services(Settings.load())  # the page's own (CHAT_ADMINS is part of its settings)
         faults = Faults(page_services.database.client)
@@ -285,21 +286,21 @@ def test_in_chromium_an_admin_reads_the_page_and_downloads_a_ledger_with_a_hosti
         env=env,
         check=True,
         capture_output=True,
-        timeout=120,
+        timeout=HANG_S,
     )
     with serve_app(tmp_path, CHAT_ADMINS=DEV) as url, sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         page = browser.new_context(viewport={"width": 1400, "height": 1000}, accept_downloads=True).new_page()
         page.goto(f"{url}/cost")
-        page.get_by_text("Model (estimate)").wait_for(timeout=60_000)
-        page.locator("[data-testid='stVegaLiteChart']").first.wait_for(timeout=60_000)
+        page.get_by_text("Model (estimate)").wait_for(timeout=HANG_MS)
+        page.locator("[data-testid='stVegaLiteChart']").first.wait_for(timeout=HANG_MS)
         assert page.get_by_text("Demo model: the model figures are an estimate.").count() == 1
         ARTIFACTS.mkdir(exist_ok=True)
         page.screenshot(path=str(ARTIFACTS / "cost-page.png"))
         page.locator("[data-testid='stDataFrame']").first.hover()
-        page.get_by_role("button", name="Fullscreen").first.wait_for(timeout=10_000)  # the table's toolbar is up
+        page.get_by_role("button", name="Fullscreen").first.wait_for(timeout=HANG_MS)  # the table's toolbar is up
         assert page.get_by_role("button", name="Download as CSV").count() == 0  # unescaped export is off
-        with page.expect_download(timeout=60_000) as download:
+        with page.expect_download(timeout=HANG_MS) as download:
             page.get_by_role("button", name="Daily ledger").click()
         text = Path(download.value.path()).read_text()
         browser.close()

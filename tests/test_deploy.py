@@ -203,7 +203,7 @@ def moto_server():
     process = subprocess.Popen(
         [sys.executable, "-m", "moto.server", "-p", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 300
     while True:
         try:
             socket.create_connection(("127.0.0.1", port), timeout=1).close()

@@ -55,10 +55,10 @@ def one_turn(url: str) -> None:
         page = browser.new_page()
         page.goto(url)
         box = page.locator("[data-testid='stChatInput'] textarea")
-        box.wait_for(timeout=60_000)
+        box.wait_for(timeout=300_000)
         box.fill("Is the usage counted when the task stops?")
         box.press("Enter")
-        page.get_by_text("out tokens").first.wait_for(timeout=60_000)  # the turn was answered and saved
+        page.get_by_text("out tokens").first.wait_for(timeout=300_000)  # the turn was answered and saved
         browser.close()
 
 

@@ -320,3 +320,18 @@ class TestValuesThisReleaseCannotRead:
         assert live.wait(10)
         assert set(vars(live)) == {f.name for f in dataclasses.fields(live)}  # nothing set from outside
         assert live.hot is not None and 0 < live.hot.sent <= len(live.text)  # the progress writes it counted
+
+
+class TestHealth:
+    def test_an_admin_is_told_while_redis_does_not_answer_and_no_longer_once_it_does(self, redis_server):
+        now = [0.0]
+        hot = HotTier.connect(redis_server.url, prefix="chat:test-health:", ttl_s=300)
+        hot._clock = lambda: now[0]
+        assert hot.version(USER, "s") is None and hot.health() is None  # answering: nothing to say
+        redis_server.kill()
+        assert hot.version(USER, "s") is None
+        assert "Redis has not answered since" in hot.health() and "DynamoDB alone" in hot.health()
+        redis_server.start()
+        now[0] += 10  # past the pause after a failure
+        hot.bump(USER, "s")
+        assert hot.health() is None

@@ -106,3 +106,15 @@ def test_redis_down_the_page_keeps_working_and_says_nothing_alarming(hot_env):
     assert "out tokens" in at.chat_message[1].caption[0].value
     again = new_browser(session=open_id(at))
     assert not again.error and not again.warning and len(again.chat_message) == 2
+
+
+def test_redis_down_an_admin_is_told_in_the_sidebar_and_nobody_else(hot_env, monkeypatch):
+    monkeypatch.setenv("CHAT_ADMINS", "someone.else@example.com")
+    hot_env.kill()
+    at = send(new_browser(), "is anybody there?")
+    assert not at.sidebar.warning  # not an admin: the chat works, nothing alarming
+    monkeypatch.setenv("CHAT_ADMINS", DEV)  # (a new setting: a new process's services, Redis still down)
+    admin = send(new_browser(), "and now?")
+    admin.run()
+    (line,) = admin.sidebar.warning
+    assert "Redis has not answered since" in line.value and "DynamoDB alone" in line.value

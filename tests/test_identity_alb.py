@@ -182,6 +182,29 @@ class TestTheAlbToken:
             port = s.getsockname()[1]  # nothing listens here once closed
         assert "key server did not answer" in refused(AlbVerifier(ARN, f"http://127.0.0.1:{port}"), sign(key))
 
+    def test_a_redirect_from_the_key_server_is_refused_and_not_followed(self, key, keys):
+        class Redirect(BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802
+                self.send_response(302)
+                self.send_header("Location", f"{keys.url}{self.path}")  # another host, serving a valid key
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        server = ThreadingHTTPServer(("127.0.0.1", 0), Redirect)
+        threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
+        try:
+            message = refused(
+                AlbVerifier(ARN, f"http://127.0.0.1:{server.server_address[1]}", timeout_s=1.0), sign(key)
+            )
+        finally:
+            server.shutdown()
+            server.server_close()
+        assert "could not be verified" in message
+        assert keys.hits == []  # the host it pointed to was never asked
+
     def test_the_default_key_url_is_the_regions_endpoint(self):
         assert AlbVerifier(ARN).key_url == "https://public-keys.auth.elb.eu-west-1.amazonaws.com"
 

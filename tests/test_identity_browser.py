@@ -121,14 +121,14 @@ def browser():
 def test_through_the_proxy_alone_the_user_is_the_proxys(proxied_app, browser):
     page = browser.new_context().new_page()
     page.goto(f"http://127.0.0.1:{proxied_app.port}")
-    page.locator("[data-testid='stChatInput'] textarea").wait_for(timeout=60_000)
-    page.locator("[data-testid='stSidebar']").get_by_text("alice@example.com").wait_for(timeout=60_000)
+    page.locator("[data-testid='stChatInput'] textarea").wait_for(timeout=300_000)
+    page.locator("[data-testid='stSidebar']").get_by_text("alice@example.com").wait_for(timeout=300_000)
 
 
 def test_a_client_that_sends_its_own_identity_header_is_refused_not_believed(proxied_app, browser):
     context = browser.new_context(extra_http_headers={"X-Forwarded-Email": "bob@example.com"})
     page = context.new_page()
     page.goto(f"http://127.0.0.1:{proxied_app.port}")
-    page.get_by_text("X-Forwarded-Email more than once").wait_for(timeout=60_000)
+    page.get_by_text("X-Forwarded-Email more than once").wait_for(timeout=300_000)
     assert page.locator("[data-testid='stChatInput']").count() == 0
     assert page.get_by_text("bob@example.com").count() == 0 and page.get_by_text("alice@example.com").count() == 0

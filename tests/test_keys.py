@@ -3,6 +3,7 @@
 import datetime as dt
 
 import pytest
+from ulid import ULID
 
 from lib.storage import keys
 from lib.storage.store import from_item
@@ -62,10 +63,9 @@ class TestTimesAndIds:
         assert keys.format_time(moment) == CREATED
         assert len(keys.now()) == len(CREATED)
 
-    def test_parse_time_round_trips_and_rejects_other_formats(self):
-        assert keys.format_time(keys.parse_time(LAST)) == LAST
-        with pytest.raises(ValueError):
-            keys.parse_time("2026-11-06 08:35:22")
+    def test_parse_time_round_trips_and_is_time_rejects_other_formats(self):
+        assert keys.format_time(keys.parse_time(LAST)) == LAST and keys.is_time(LAST)
+        assert not keys.is_time("2026-11-06 08:35:22") and not keys.is_time(None)
 
     def test_later_than_moves_strictly_forward_even_if_the_clock_lags(self):
         future = "2999-01-01T00:00:00.999Z"
@@ -152,3 +152,114 @@ class TestStoredRecords:
         assert not client.get_item(
             TableName=table, Key={k: {"S": v} for k, v in keys.list_key(USER, CREATED, SESSION).items()}
         ).get("Item")
+
+
+class TestUserIds:
+    """A user id is the first part of every key: one that holds '#' (or is empty, or holds control characters)
+    could name another user's items (USER#bob@example.com#SES#<sid> is Bob's chat), so no key is built from it."""
+
+    @pytest.mark.parametrize(
+        "user_id",
+        [
+            "",
+            "#",
+            f"bob@example.com#SES#{SESSION}",
+            "bob@example.com#",
+            "tab\tinside@example.com",
+            "nul\x00@example.com",
+            "line\nbreak@example.com",
+            "del\x7f@example.com",
+            "c1\x85@example.com",
+            "x" * 321,
+            None,
+            7,
+        ],
+    )
+    def test_every_key_builder_refuses_an_id_that_could_reach_another_key(self, user_id):
+        from lib.errors import ChatError, InvalidUserId
+
+        builders = [
+            lambda: keys.user_pk(user_id),
+            lambda: keys.session_pk(user_id, SESSION),
+            lambda: keys.list_key(user_id, LAST, SESSION),
+            lambda: keys.meta_key(user_id, SESSION),
+            lambda: keys.message_key(user_id, SESSION, MESSAGE),
+            lambda: keys.usage_key("2026-11-06", user_id),
+            lambda: keys.session_partition_prefix(user_id),
+            lambda: keys.registry_key(user_id),
+            lambda: keys.purge_key(user_id, 0),
+            lambda: keys.vector_key(user_id, SESSION, MESSAGE),
+            lambda: keys.summary_key(user_id, SESSION),
+            lambda: keys.memory_key(user_id, "abc"),
+            lambda: keys.preference_key(user_id, "memory"),
+            lambda: keys.memory_range(user_id),
+        ]
+        for build in builders:
+            with pytest.raises(InvalidUserId) as info:
+                build()
+            assert isinstance(info.value, ChatError) and isinstance(info.value, ValueError)
+
+    @pytest.mark.parametrize("user_id", ["u-123", "ann@example.com", "x" * 320, "李雷@example.com", "7f3a"])
+    def test_ids_a_sign_in_gives_build_keys(self, user_id):
+        assert keys.user_pk(user_id) == f"USER#{user_id}"
+
+    @pytest.mark.parametrize(
+        "given, canonical",
+        [
+            ("bob@example.com", "bob@example.com"),
+            ("Bob@Example.COM", "bob@example.com"),
+            ("  bob@example.com ", "bob@example.com"),
+            ("7F3a", "7F3a"),  # an opaque subject keeps its case, as the sign-in keeps it
+        ],
+    )
+    def test_the_canonical_form_is_what_the_sign_in_makes(self, given, canonical):
+        assert keys.canonical_user_id(given) == canonical
+
+
+class TestDerivedIds:
+    def test_a_derived_id_is_a_ulid_at_its_moment_and_the_same_for_the_same_seed(self):
+        moment = dt.datetime(2026, 3, 1, 9, 15, tzinfo=dt.UTC)
+        first = keys.derived_id(moment, "chatgpt:c-1")
+        assert keys.is_id(first) and first == keys.derived_id(moment, "chatgpt:c-1")
+        assert first != keys.derived_id(moment, "chatgpt:c-2")
+        assert ULID.from_str(first).datetime == moment  # its time part is the moment: ids sort as creation times
+
+    def test_ids_hands_out_the_given_ids_first_in_this_thread_only(self):
+        with keys.ids(SESSION):
+            assert keys.new_id() == SESSION and keys.new_id() != SESSION
+        assert keys.new_id() != SESSION
+
+
+class TestStoredTimes:
+    """Reading a stored time never fails a page: whatever a table holds, parse_time gives a time."""
+
+    @pytest.mark.parametrize(
+        "text",
+        ["", "garbage", "2026-13-45T99:99:99.999Z", "999-01-01T00:00:00.000Z", "2026-11-06 08:35:22", "SES#x"],
+    )
+    def test_a_malformed_stored_time_parses_to_the_unknown_time_and_is_logged(self, text, capsys):
+        assert keys.parse_time(text) == keys.UNKNOWN_TIME
+        assert not keys.is_time(text)
+        assert "keys.malformed_time" in capsys.readouterr().err
+
+    def test_a_time_of_any_year_is_formatted_at_the_fixed_length(self):
+        early = dt.datetime(999, 1, 2, 3, 4, 5, 6000, tzinfo=dt.UTC)
+        assert keys.format_time(early) == "0999-01-02T03:04:05.006Z"
+        assert keys.is_time(keys.format_time(early)) and keys.parse_time(keys.format_time(early)) == early
+
+    def test_nothing_is_later_than_the_last_representable_millisecond(self):
+        from lib.errors import ChatError
+
+        with pytest.raises(ChatError, match="start a new chat"):
+            keys.later_than("9999-12-31T23:59:59.999Z")
+
+    def test_a_follow_up_to_a_chat_at_the_end_of_time_is_refused_before_any_request(self, store, requests):
+        from lib.errors import TimeOutOfRange
+
+        end = dt.datetime(9999, 12, 31, 23, 59, 59, 999000, tzinfo=dt.UTC)
+        with keys.clock(lambda: end):
+            session, _ = store.create_session(USER, "written at the end of time", system_prompt_id="p")
+        requests.reset()
+        with pytest.raises(TimeOutOfRange):  # a domain error: the page keeps the typed question and says why
+            store.send_message(USER, session, "a follow-up", system_prompt_id="p")
+        assert requests.names == []

@@ -7,6 +7,7 @@ from streamlit.testing.v1 import AppTest
 
 from lib.config import Settings
 from lib.web import ui
+from tests.pages import HANG_S
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
 DEV = "dev@localhost"
@@ -32,7 +33,7 @@ def svc_item(user, memory):
 
 
 def memory_page() -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=60)
+    at = AppTest.from_file(APP, default_timeout=HANG_S)
     at.run()
     at.switch_page("pages/memory.py").run()
     assert not at.exception, at.exception

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import threading
 import zipfile
 
 import pytest
 
 from lib import admin
+from lib.errors import NoSuchUser, SessionChanged, SessionNotFound
 from lib.ops import deletion
 from lib.ops.invariants import check_all, check_user
 from lib.ops.repair import repair
@@ -54,6 +56,43 @@ def chats(store, user, sessions=2, turns=3, *, at=None):
                     session, message = store.send_message(user, session, f"question {t + 1}", system_prompt_id="p")
             made.append(session)
     return made
+
+
+def race_retention_with_sends(store, db, user, old) -> list[tuple[str, str]]:
+    """One thread sends to each of `old` (chats last active long ago) while another runs retention; the
+    (session, message) of every send the store acknowledged."""
+    acknowledged: list[tuple[str, str]] = []
+    failures: list[BaseException] = []
+    start = threading.Barrier(2)
+
+    def send_to_each():
+        start.wait()
+        for session in old:
+            try:
+                _, turn = store.send_message(user, session, "still using this", system_prompt_id="p")
+            except (SessionNotFound, SessionChanged):
+                continue  # not acknowledged: the page says the chat is gone
+            acknowledged.append((session.session_id, turn.message_id))
+
+    def retain():
+        start.wait()
+        retention(db, 90, dry_run=False)
+
+    def guarded(work):
+        try:
+            work()
+        except BaseException as exc:  # re-raised in the test's thread
+            failures.append(exc)
+
+    threads = [threading.Thread(target=guarded, args=(work,)) for work in (send_to_each, retain)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)  # a bound on a hang, not on speed
+    assert not any(t.is_alive() for t in threads)
+    if failures:
+        raise failures[0]
+    return acknowledged
 
 
 class _nothing:
@@ -172,6 +211,37 @@ class TestRepair:
         assert not outcome.done and "changed meanwhile" in outcome.note
 
 
+class TestAKilledPurge:
+    def test_check_reports_the_unfinished_purge_and_repair_brings_nothing_back(
+        self, store, client, table, db, monkeypatch
+    ):
+        chats(store, ANN, sessions=2)
+        real = deletion._partition_keys
+        monkeypatch.setattr(deletion, "_partition_keys", lambda *a: (_ for _ in ()).throw(KeyboardInterrupt()))
+        with pytest.raises(KeyboardInterrupt):
+            purge_user(db, ANN, dry_run=False)
+        for report in (check_user(client, table, ANN), check_user(client, table, ANN, deep=True)):
+            assert report.ok and len(report.pending_deletion) == 2
+        (everyone,) = [r for r in check_all(db) if r.user_id == ANN]
+        assert everyone.ok and len(everyone.pending_deletion) == 2
+        assert repair(db, check_user(client, table, ANN, deep=True), dry_run=False) == []
+        assert store.list_sessions(ANN).items == []
+        monkeypatch.setattr(deletion, "_partition_keys", real)
+        purge_user(db, ANN, dry_run=False)
+        assert user_items(client, table, ANN) == []
+
+    def test_the_cli_says_a_deletion_is_unfinished(self, store, client, table, db, monkeypatch, capsys):
+        monkeypatch.setenv("CHAT_TABLE", table)
+        monkeypatch.setenv("CHAT_DATA_DIR", ":memory:")
+        chats(store, ANN, sessions=1)
+        monkeypatch.setattr(deletion, "_partition_keys", lambda *a: (_ for _ in ()).throw(KeyboardInterrupt()))
+        with pytest.raises(KeyboardInterrupt):
+            purge_user(db, ANN, dry_run=False)
+        capsys.readouterr()
+        assert admin.main(["check", "--user", ANN]) == 0
+        assert "1 chats under an unfinished purge-user" in capsys.readouterr().out
+
+
 class TestUsers:
     def test_users_come_from_the_registry_with_counts(self, store, db):
         chats(store, ANN, sessions=2, turns=3)
@@ -230,6 +300,55 @@ class TestPurge:
         assert purge_user(db, ANN, dry_run=False, usage=True, today=today)["usage_buckets"] == 1
         assert "Item" not in client.get_item(TableName=table, Key=to_item(keys.usage_key("2026-11-29", ANN)))
 
+    def test_an_unknown_user_is_no_such_user_with_exit_code_2(self, store, client, table, monkeypatch, capsys):
+        monkeypatch.setenv("CHAT_TABLE", table)
+        monkeypatch.setenv("CHAT_DATA_DIR", ":memory:")
+        chats(store, ANN, sessions=1)
+        before = everything(client, table)
+        assert admin.main(["purge-user", "--user", "ann@exmaple.com"]) == 2  # a typo
+        err = capsys.readouterr().err
+        assert "no such user" in err and "ann@exmaple.com" in err
+        assert everything(client, table) == before
+
+    def test_a_user_whose_chats_are_gone_but_usage_is_left_can_still_be_purged_of_it(self, store, client, table, db):
+        chats(store, ANN, sessions=1)
+        purge_user(db, ANN, dry_run=False)
+        client.put_item(TableName=table, Item=to_item({**keys.usage_key("2026-11-29", ANN), "n.send": 3}))
+        assert purge_user(db, ANN, dry_run=False, usage=True, today=dt.date(2026, 11, 30))["usage_buckets"] == 1
+        with pytest.raises(NoSuchUser):
+            purge_user(db, ANN, dry_run=False, usage=True, today=dt.date(2026, 11, 30))
+
+
+class TestUserIdsOfAdminCommands:
+    """`--user` is a key's first part: an id that holds '#' would reach into another user's chat."""
+
+    @pytest.fixture
+    def cli(self, table, monkeypatch):
+        monkeypatch.setenv("CHAT_TABLE", table)
+        monkeypatch.setenv("CHAT_DATA_DIR", ":memory:")
+
+    @pytest.mark.parametrize("command", [["purge-user"], ["check"], ["repair"], ["export-user", "--out", "x.zip"]])
+    def test_an_id_reaching_into_bobs_chat_is_refused_and_bobs_chat_stays(
+        self, cli, store, client, table, capsys, command, tmp_path, monkeypatch
+    ):
+        monkeypatch.chdir(tmp_path)
+        (session,) = chats(store, BOB, sessions=1)
+        before = everything(client, table)
+        code = admin.main([command[0], "--user", f"{BOB}#SES#{session.session_id}", *command[1:]])
+        err = capsys.readouterr().err
+        assert code == 2 and "#" in err and "Traceback" not in err
+        assert everything(client, table) == before and not (tmp_path / "x.zip").exists()
+        assert check_user(client, table, BOB, deep=True).ok
+
+    def test_an_email_no_sign_in_gives_is_refused_with_the_id_the_sign_in_makes(
+        self, cli, store, client, table, capsys
+    ):
+        chats(store, BOB, sessions=1)
+        before = everything(client, table)
+        assert admin.main(["purge-user", "--user", "Bob@Example.com"]) == 2
+        assert f"use '{BOB}'" in capsys.readouterr().err
+        assert everything(client, table) == before
+
 
 class TestExport:
     def test_every_chat_is_exported_as_markdown_and_json(self, store, db, tmp_path):
@@ -261,6 +380,88 @@ class TestRetention:
         assert [s.session_id for s in store.list_sessions(ANN).items] == [recent.session_id]
         assert not [i for i in everything(client, table) if old.session_id in i["pk"] + i["sk"]]
         assert check_user(client, table, ANN, deep=True).ok
+
+    def test_a_chat_revived_after_the_listing_is_kept_whole(self, store, client, table, db, monkeypatch):
+        now = dt.datetime.now(dt.UTC)
+        (old,) = chats(store, ANN, sessions=1, at=now - dt.timedelta(days=100))
+        listed, sent = Operator.sessions_last_active_before, {}
+
+        def then_the_user_sends(self, user_id, cutoff):
+            found = listed(self, user_id, cutoff)
+            sent["turn"] = store.send_message(ANN, old, "I am back", system_prompt_id="p")[1]  # acknowledged
+            return found
+
+        monkeypatch.setattr(Operator, "sessions_last_active_before", then_the_user_sends)
+        results = retention(db, 90, dry_run=False)
+        assert ANN not in results or results[ANN].sessions == 0
+        view = store.open_session(ANN, old.session_id)
+        assert sent["turn"].message_id in [m.message_id for m in view.messages]
+        assert check_user(client, table, ANN, deep=True).ok and db.user_partition(ANN, keys.PURGE_PREFIX) == []
+
+    def test_retention_racing_sends_in_threads_never_loses_an_acknowledged_turn(self, store, client, table, db):
+        old_time = dt.datetime.now(dt.UTC) - dt.timedelta(days=100)
+        lost, broken = {}, {}
+        for round_ in range(10):
+            user = f"race{round_}@example.com"
+            old = chats(store, user, sessions=6, turns=1, at=old_time)
+            acknowledged = race_retention_with_sends(store, db, user, old)
+            kept = {m.message_id for s, _ in acknowledged for m in store.all_messages(user, s)}
+            if missing := [m for _, m in acknowledged if m not in kept]:
+                lost[round_] = len(missing)
+            report = check_user(client, table, user, deep=True)
+            if not report.ok or report.pending_deletion:
+                broken[round_] = report.violations
+        assert lost == {} and broken == {}  # rounds that lost acknowledged turns, or left broken chats
+
+    def test_a_retention_killed_after_hiding_its_chats_is_finished_by_the_next_run(
+        self, store, client, table, db, monkeypatch
+    ):
+        now = dt.datetime(2026, 11, 30, tzinfo=dt.UTC)
+        (old,) = chats(store, ANN, sessions=1, at=now - dt.timedelta(days=100))
+        (recent,) = chats(store, ANN, sessions=1, at=now - dt.timedelta(days=10))
+        real = deletion._partition_keys
+
+        def killed(*args):
+            raise KeyboardInterrupt  # the operator's process dies with the chat hidden, its turns still there
+
+        monkeypatch.setattr(deletion, "_partition_keys", killed)
+        with pytest.raises(KeyboardInterrupt):
+            retention(db, 90, dry_run=False, now=now)
+        assert [s.session_id for s in store.list_sessions(ANN).items] == [recent.session_id]
+        report = check_user(client, table, ANN, deep=True)
+        assert report.ok and report.pending_deletion == [old.session_id]
+        assert repair(db, report, dry_run=False) == []  # nothing under a marker is brought back
+        monkeypatch.setattr(deletion, "_partition_keys", real)
+        retention(db, 365, dry_run=False, now=now)  # a cutoff that lists nothing: the marker's own work is finished
+        assert not [i for i in everything(client, table) if old.session_id in i["pk"] + i["sk"]]
+        assert [s.session_id for s in store.list_sessions(ANN).items] == [recent.session_id]
+        report = check_user(client, table, ANN, deep=True)
+        assert report.ok and report.pending_deletion == []
+
+    def test_a_chat_revived_after_a_killed_retention_listed_it_is_kept_by_the_rerun(
+        self, store, client, table, db, monkeypatch
+    ):
+        (old,) = chats(store, ANN, sessions=1, at=dt.datetime.now(dt.UTC) - dt.timedelta(days=100))
+        marked = Operator.mark_purging
+
+        def killed_after_marking(self, *args, **kwargs):
+            marked(self, *args, **kwargs)
+            raise KeyboardInterrupt
+
+        monkeypatch.setattr(Operator, "mark_purging", killed_after_marking)
+        with pytest.raises(KeyboardInterrupt):
+            retention(db, 90, dry_run=False)
+        monkeypatch.setattr(Operator, "mark_purging", marked)
+        _, turn = store.send_message(ANN, old, "back again", system_prompt_id="p")
+        retention(db, 90, dry_run=False)
+        assert turn.message_id in [m.message_id for m in store.open_session(ANN, old.session_id).messages]
+        assert check_user(client, table, ANN, deep=True).ok and db.user_partition(ANN, keys.PURGE_PREFIX) == []
+
+    def test_a_registry_entry_no_key_can_be_built_from_is_skipped(self, store, client, table, db):
+        now = dt.datetime(2026, 11, 30, tzinfo=dt.UTC)
+        (old,) = chats(store, ANN, sessions=1, at=now - dt.timedelta(days=100))
+        client.put_item(TableName=table, Item=to_item({"pk": keys.REGISTRY_PK, "sk": "USER#a#SES#b", "user_id": "x"}))
+        assert retention(db, 90, dry_run=False, now=now)[ANN].session_ids == [old.session_id]
 
     def test_a_bad_cutoff_is_refused(self, db):
         with pytest.raises(ValueError, match="positive"):

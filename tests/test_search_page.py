@@ -10,6 +10,7 @@ from lib.config import Settings
 from lib.search.indexer import index_turn_after_save, make_indexer
 from lib.web import ui
 from lib.web.render import plain_label
+from tests.pages import HANG_S
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
 DEV = "dev@localhost"
@@ -36,7 +37,7 @@ def chat(svc, user: str, question: str, answer: str):
 
 
 def search_page(query: str | None = None, **params: str) -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=60)
+    at = AppTest.from_file(APP, default_timeout=HANG_S)
     at.run()
     at.switch_page("pages/search.py")
     for name, value in params.items():
@@ -119,11 +120,20 @@ def test_a_snippet_keeps_code_and_words_as_written(stored, shown):
     assert readable_snippet(stored) == shown
 
 
-def test_results_found_by_meaning_alone_say_so(svc):
+def test_the_caption_says_what_the_results_hold_of_the_query_words(svc):
     chat(svc, DEV, "How do we rotate the database password?", "Use the secrets manager rotation.")
-    caption = "No close match for your words: these are your turns closest in meaning."
-    assert caption in [c.value for c in search_page("zzqxv kumquat submarine").caption]
-    assert caption not in [c.value for c in search_page("rotate password").caption]
+    chat(svc, DEV, "Kubernetes ingress timeouts", "Raise proxy-read-timeout.")
+    captions = lambda at: [c.value for c in at.caption]  # noqa: E731
+    # A word of the query is there (and bold), another is not: no result has all of them, and the page says that.
+    partial = search_page("rotate kumquat")
+    assert "**rotate**" in " ".join(m.value for m in partial.markdown)
+    assert "No result has all your words; these have some of them." in captions(partial)
+    assert not [c for c in captions(partial) if "No close match" in c]
+    # Every word in a result: nothing to excuse.
+    assert not [c for c in captions(search_page("rotate password")) if c.startswith("No result")]
+    # Nonsense: none of the words, nothing close in meaning: nothing shown, rather than twenty unrelated turns.
+    nonsense = search_page("zzqxv kumquat submarine")
+    assert links(nonsense) == [] and "Nothing found" in nonsense.info[0].value
 
 
 def test_only_the_signed_in_users_chats_whatever_the_url_says(svc):
@@ -167,9 +177,18 @@ def test_the_cost_page_shows_vector_bytes_with_their_price_unknown(svc):
     chat(svc, DEV, "How do we rotate the database password?", "Use the secrets manager rotation.")
     search_page("rotate password")
     svc.ledger.flush(final=True)  # the page's own process reads the stored ledger
-    at = AppTest.from_file(APP, default_timeout=60)
+    at = AppTest.from_file(APP, default_timeout=HANG_S)
     at.run()
     at.switch_page("pages/cost.py").run()
     assert not at.exception, at.exception
     (line,) = [c.value for c in at.caption if c.value.startswith("Vector search is billed in bytes")]
     assert "price unknown: set CHAT_PRICE_VECTOR_WRITE_PER_GB" in line and "bytes written to the vector index" in line
+
+
+def test_the_sidebar_keeps_your_chats_and_new_chat_and_a_row_opens_that_chat(svc):
+    session, _ = chat(svc, DEV, "How do we rotate the database password?", "Use the secrets manager rotation.")
+    at = search_page()
+    rows = [b for b in at.sidebar.button if b.key == f"open-{session.session_id}"]
+    assert len(rows) == 1 and [b.label for b in at.sidebar.button][0] == "New chat"
+    rows[0].click().run()
+    assert not at.exception and at.subheader[0].value == plain_label(session.title)  # the chat page, that chat

@@ -242,3 +242,38 @@ class TestReplyText:
             if chunk == "c":
                 break  # the page stopped reading (a click elsewhere): the generator stays suspended
         assert seen == ["a", "ab", "abc"] and reply.text == "abc" and not reply.complete
+
+
+class TestCutEmphasis:
+    """An answer cut short (still streaming, or stopped) inside italics or bold shows no stray '_' or '*'."""
+
+    @pytest.mark.parametrize(
+        "cut, shown",
+        [
+            ("This is _the first turn of our", "This is _the first turn of our_"),
+            ("**Bold and *italic", "**Bold and *italic***"),
+            ("ends right after the mark _", "ends right after the mark"),
+            ("see `code _x` and _open", "see `code _x` and _open_"),
+            ("snake_case, 2 * 3 and *done*", "snake_case, 2 * 3 and *done*"),  # nothing open: unchanged
+        ],
+    )
+    def test_open_emphasis_is_closed(self, cut, shown):
+        from lib.web.markdown_blocks import close_emphasis
+
+        assert close_emphasis(cut) == shown
+
+    def test_the_open_block_of_a_stream_is_drawn_closed_and_a_cut_saved_answer_too(self):
+        streamed = Recorder()
+        BlockRenderer(streamed).update("First.\n\nThis is _the first turn of our")
+        assert streamed.shown()[-1][1].endswith("\n\nThis is _the first turn of our_")
+        saved = Recorder()
+        render_markdown(saved, "First.\n\nThis is _the first turn of our", cut=True)
+        assert saved.shown()[-1] == ("markdown", "This is _the first turn of our_", None)
+        followed = Recorder()
+        paced = PacedRenderer(followed, clock=lambda: 0.0)
+        paced.add("First.\n\nThis is _the first")
+        paced.finish("First.\n\nThis is _the first turn of our", cut=True)  # stopped while followed live
+        assert followed.shown() == [("markdown", "First.", None), ("markdown", "This is _the first turn of our_", None)]
+        whole = Recorder()
+        render_markdown(whole, "Use *nix tools")  # a finished answer is drawn as written
+        assert whole.shown() == [("markdown", "Use *nix tools", None)]

@@ -12,7 +12,7 @@ def turn_for(store, model, user, question="tell me something", session=None):
     return begin_turn(store, model, user, session, question, [], system_prompt_id="default-v1", budget_tokens=4000)
 
 
-def wait_for(predicate, timeout=10.0):
+def wait_for(predicate, timeout=300.0):
     """Poll until `predicate()` holds; a bound on a hang, not a timing assertion."""
     deadline = time.monotonic() + timeout
     while not predicate():

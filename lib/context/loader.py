@@ -22,7 +22,7 @@ from lib import tokens
 from lib.context import memories as memory_rules
 from lib.context.recall import Recall, answered
 from lib.model.models import Prompt
-from lib.storage.records import Memory, Message, Summary
+from lib.storage.records import FAILED, PENDING, Memory, Message, Summary
 
 MEMORY_SHARE = 0.25
 SUMMARY_SHARE = 0.25
@@ -118,7 +118,7 @@ class SessionContextLoader:
         earlier = max(earlier_turns if earlier_turns is not None else len(history), len(history))
         base = tokens.count(system) + tokens.count(question)
         if base >= budget or not question:
-            return self._assemble(system, question, budget, [], "", None, [], [], earlier)
+            return self._assemble(system, question, budget, [], "", None, [], [], earlier, history)
         left = budget - base
 
         verbatim: list[Message] = []  # newest first
@@ -188,6 +188,7 @@ class SessionContextLoader:
             recalled,
             verbatim,
             earlier,
+            history,
         )
 
     def _recalled(self, user_id: str, session_id: str | None, question: str, exclude: frozenset[str]) -> list[Message]:
@@ -208,6 +209,7 @@ class SessionContextLoader:
         recalled: list[tuple[Message, str, bool]],
         verbatim: list[Message],
         earlier: int,
+        history: list[Message],
     ) -> Context:
         sources = [Source("system", tokens.count(system))]
         sources += [
@@ -247,7 +249,10 @@ class SessionContextLoader:
         sources.append(Source("question", tokens.count(question)))
         total = tokens.count(full) + sum(tokens.count(m["content"]) for m in messages)
         prompt = Prompt(full, messages, cache_prefix=prefix if (memory_block or summary_part) else "")
-        note = _note(earlier, len(verbatim), len(recalled), summary_part, len(memories))
+        sent = {m.message_id for m in verbatim} | {m.message_id for m, _, _ in recalled}
+        note = _note(
+            earlier, len(verbatim), len(recalled), summary_part, len(memories), _unsent(history, sent, summary_part)
+        )
         asked = tokens.count(question)
         if question and tokens.count(system) + asked >= budget:  # load()'s test: nothing else fitted beside it
             note = (
@@ -266,13 +271,42 @@ class SessionContextLoader:
         )
 
 
-def _note(earlier: int, verbatim: int, recalled: int, summary_part, memories: int) -> str | None:
-    """One sentence for the page: what the model saw of the earlier turns, and what it did not."""
+@dataclass(frozen=True)
+class _Unsent:
+    """Loaded earlier turns neither sent nor summarised, by why: the budget, or no whole answer to send."""
+
+    budget: int = 0  # loaded, answered, left out for room
+    stopped: int = 0  # a turn goes with its whole answer or not at all
+    failed: int = 0
+    unfinished: int = 0  # still being written (or its writer died)
+
+
+def _unsent(history: list[Message], sent: set[str], summary_part) -> _Unsent:
+    covered_until = summary_part[0].covered_until if summary_part else None
+
+    def covered(m: Message) -> bool:
+        return covered_until is not None and m.message_id <= covered_until
+
+    open_turns = [m for m in history if not covered(m) and m.message_id not in sent]
+    # A stopped turn's error says so (lib.turn.turns.STOPPED, and the unwatched stop); other failures are failures.
+    stopped = sum(1 for m in open_turns if m.status == FAILED and (m.error or "").startswith("Stopped"))
+    return _Unsent(
+        budget=sum(1 for m in open_turns if answered(m)),
+        stopped=stopped,
+        failed=sum(1 for m in open_turns if m.status == FAILED) - stopped,
+        unfinished=sum(1 for m in open_turns if m.status == PENDING),
+    )
+
+
+def _note(earlier: int, verbatim: int, recalled: int, summary_part, memories: int, unsent: _Unsent) -> str | None:
+    """One sentence for the page: what the model saw of the earlier turns, and why it did not see the others."""
     sent = verbatim + recalled
     if sent >= earlier:
         return None
+    no_answer = unsent.stopped + unsent.failed + unsent.unfinished
     parts = [
-        f"the newest {verbatim}"
+        ("" if no_answer else "the newest ")
+        + f"{verbatim}"
         + (f" and {recalled} recalled" if recalled else "")
         + f" of {earlier} earlier turn{'' if earlier == 1 else 's'}"
     ]
@@ -283,12 +317,23 @@ def _note(earlier: int, verbatim: int, recalled: int, summary_part, memories: in
         parts.append(f"a summary of the {covered} oldest" + (" (its oldest part left out)" if cut else ""))
     if memories:
         parts.append(f"{memories} memor{'y' if memories == 1 else 'ies'}")
-    left_out = max(0, earlier - sent - covered)
     text = "The model saw " + ", ".join(parts)
-    if not left_out:
-        return text + "."
-    return text + (
-        "; 1 earlier turn was left out (token budget)."
-        if left_out == 1
-        else f"; {left_out} earlier turns were left out (token budget)."
-    )
+    # What is neither sent nor summarised and not among the loaded turns: the page had not loaded it.
+    elsewhere = max(0, earlier - sent - covered - unsent.budget - no_answer)
+    if unsent.budget:
+        text += (
+            "; 1 earlier turn was left out (token budget)"
+            if unsent.budget == 1
+            else f"; {unsent.budget} earlier turns were left out (token budget)"
+        )
+    if elsewhere:
+        text += f"; {elsewhere} older turn{' was' if elsewhere == 1 else 's were'} not sent (not loaded or recalled)"
+    if no_answer:
+        kinds = [
+            f"{n} {kind}"
+            for n, kind in ((unsent.stopped, "stopped"), (unsent.failed, "failed"), (unsent.unfinished, "unfinished"))
+            if n
+        ]
+        named = kinds[0] if len(kinds) == 1 else ", ".join(kinds[:-1]) + " and " + kinds[-1]
+        text += f"; {named} turn{'' if no_answer == 1 else 's'} {'is' if no_answer == 1 else 'are'} not sent (no whole answer)"
+    return text + "."

@@ -73,12 +73,46 @@ def _attempt(live: LiveAnswer) -> str:
     return live.hot.attempt if live.hot is not None else ""
 
 
+# One answer per chat and at most `per_user` per user, across replicas: the user's claims (token -> expiry, epoch
+# seconds) and the chat's busy key, checked and taken in one step. 1: claimed; 0: the chat is busy; -1: the user
+# is at the cap. Expired claims (a replica that died) are dropped on the way.
+_CLAIM_SCRIPT = """
+local claims = redis.call('HGETALL', KEYS[1])
+local live = 0
+for i = 1, #claims, 2 do
+  if tonumber(claims[i + 1]) < tonumber(ARGV[2]) then redis.call('HDEL', KEYS[1], claims[i]) else live = live + 1 end
+end
+if redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
+if live >= tonumber(ARGV[4]) then return -1 end
+redis.call('HSET', KEYS[1], ARGV[1], tonumber(ARGV[2]) + tonumber(ARGV[3]))
+redis.call('EXPIRE', KEYS[1], ARGV[3])
+redis.call('SET', KEYS[2], ARGV[1], 'EX', ARGV[3])
+return 1
+"""
+_RELEASE_SCRIPT = """
+redis.call('HDEL', KEYS[1], ARGV[1])
+if redis.call('GET', KEYS[2]) == ARGV[1] then redis.call('DEL', KEYS[2]) end
+return 1
+"""
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A place for one answer across replicas (see HotTier.claim)."""
+
+    user_key: str
+    chat_key: str
+    token: str
+
+
 class HotTier:
     def __init__(self, client: Any, *, prefix: str, ttl_s: float, clock: Callable[[], float] = time.monotonic):
         self.client, self.prefix, self.ttl = client, prefix, max(int(ttl_s), 1)
         self._clock = clock
         self._paused_until = 0.0
         self._scripting = True  # until Redis refuses EVAL
+        self.failing_since: float | None = None  # epoch seconds of the first failed call since the last success
+        self.failure = ""  # its error class (for an admin's health line; the log has every one)
         self._late: dict[str, tuple[LiveAnswer, Message, float]] = {}  # saves Redis refused: message id -> ...
         self._late_lock = threading.Lock()
         self._late_thread: threading.Thread | None = None
@@ -104,11 +138,27 @@ class HotTier:
         if self._clock() < self._paused_until:
             return None
         try:
-            return work(self.client)
+            found = work(self.client)
+            self.failing_since = None
+            return found
         except (redis.RedisError, OSError) as exc:
             logs.warning("hot_tier_unavailable", op=op, error_class=type(exc).__name__, pause_s=PAUSE_S)
             self._paused_until = self._clock() + PAUSE_S
+            self.failing_since = self.failing_since or time.time()
+            self.failure = type(exc).__name__
             return None
+
+    def health(self) -> str | None:
+        """A sentence for an admin while Redis is failing (None while it answers): the app runs on DynamoDB alone,
+        and tabs on other replicas are not told of new turns until it answers again."""
+        if self.failing_since is None:
+            return None
+        since = time.strftime("%H:%M:%S UTC", time.gmtime(self.failing_since))
+        return (
+            f"Hot tier: Redis has not answered since {since} ({self.failure}). Chats work from DynamoDB alone; "
+            "tabs on other replicas are not told of new turns until it answers. See hot_tier_unavailable in "
+            "the log."
+        )
 
     def _key(self, *parts: str) -> str:
         return self.prefix + ":".join(parts)
@@ -265,6 +315,63 @@ class HotTier:
                 if written:
                     self.bump(live.user_id, live.session_id)
                     logs.event("hot_tier_saved_late", message_id=message_id)
+
+    # --- admission across replicas -------------------------------------------------------------------
+    def claim(self, user_id: str, session_id: str | None, message_id: str | None, *, per_user: int):
+        """Before a question is committed: take a place for its answer (a Claim), or False when another
+        replica is writing an answer in this chat; GenerationLimit when the user has `per_user` answers being
+        written across replicas. None when Redis cannot guard it (down, or no scripting): each process then
+        guards its own tabs only, as without the hot tier (logged)."""
+        from lib.errors import GenerationLimit
+
+        token = uuid.uuid4().hex
+        chat = self._key("busy", user_id, session_id) if session_id else self._key("busy", "new", token)
+        claim = Claim(self._key("gen", user_id), chat, token)
+        found = self._script(
+            "claim", _CLAIM_SCRIPT, [claim.user_key, claim.chat_key], [token, time.time(), self.ttl, per_user]
+        )
+        if found is None:
+            return None
+        if int(found) == -1:
+            raise GenerationLimit(
+                f"You already have {per_user} answers being written (the most at once). Wait for "
+                "one to finish or stop one, then send again."
+            )
+        return claim if int(found) == 1 else False
+
+    def attach(self, claim: Claim, user_id: str, session_id: str) -> Claim:
+        """A new chat's claim, once the commit gave the chat its id: the chat's busy key, for the other replicas."""
+        chat = self._key("busy", user_id, session_id)
+
+        def work(r):
+            with r.pipeline(transaction=False) as p:
+                p.set(chat, claim.token, ex=self.ttl)
+                p.delete(claim.chat_key)
+                p.execute()
+
+        self._call("attach", work)
+        return Claim(claim.user_key, chat, claim.token)
+
+    def release(self, claim: Claim) -> None:
+        """The answer ended (or its question was never committed): its place is free, on every replica."""
+        self._script("release", _RELEASE_SCRIPT, [claim.user_key, claim.chat_key], [claim.token])
+
+    def _script(self, op: str, script: str, keys: list[str], args: list) -> Any:
+        if not self._scripting:
+            return None
+        import redis
+
+        def work(r):
+            try:
+                return r.eval(script, len(keys), *keys, *args)
+            except redis.ResponseError as exc:
+                if not any(w in str(exc).lower() for w in ("unknown command", "noperm", "no permission")):
+                    raise
+                logs.warning("hot_tier_no_scripting", error_class=type(exc).__name__)
+                self._scripting = False
+                return None
+
+        return self._call(op, work)
 
     # --- the page's side ----------------------------------------------------------------------------
     def live(self, message_id: str) -> RemoteLive | None:

@@ -24,6 +24,7 @@ class Usage:
     output_tokens: int = 0
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
+    estimated: bool = False  # not the provider's final count: an answer that ended early (see Reply.usage_so_far)
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,7 @@ class Reply:
     _parts: list[str] = field(default_factory=list, repr=False)
     _joined: tuple[int, str] = field(default=(0, ""), repr=False)
     _abort: Callable[[], None] | None = field(default=None, repr=False)
+    reported: Usage | None = None  # what the provider had reported when the stream ended early (input at start)
 
     @property
     def text(self) -> str:
@@ -95,6 +97,24 @@ class Reply:
             raise ModelError(describe_failure(exc, started=bool(parts))) from exc
         finally:
             self.ended_at = keys.now()
+
+    def usage_so_far(self, sent_tokens: int) -> Usage:
+        """What an answer that ended early (Stop, a dropped connection, an error) is billed for: the input the
+        provider reported at the start (or `sent_tokens`, our estimate of the prompt, if it reported nothing),
+        and the output that arrived (counted from the text). Marked estimated; a complete answer's usage is the
+        provider's own count."""
+        if self.complete:
+            return self.usage
+        if self.reported is None and not self.text:
+            return Usage()  # refused before it started (a 429 past its retries, no connection): nothing billed
+        reported = self.reported or Usage()
+        return Usage(
+            input_tokens=reported.input_tokens or sent_tokens,
+            output_tokens=max(reported.output_tokens, estimate_tokens(self.text) if self.text else 0),
+            cache_read_tokens=reported.cache_read_tokens,
+            cache_write_tokens=reported.cache_write_tokens,
+            estimated=True,
+        )
 
     def abort(self) -> None:
         """From any thread: cut the model's connection now (Stop while the model sends nothing); the iterating
@@ -206,8 +226,11 @@ class AnthropicModel:
                 model=self.name, max_tokens=self.max_tokens, system=prompt.system_blocks(), messages=prompt.messages
             ) as stream:
                 reply._abort = lambda: _cut(stream)
-                yield from stream.text_stream
-                yield _usage(stream.get_final_message().usage)
+                try:
+                    yield from stream.text_stream
+                    yield _usage(stream.get_final_message().usage)
+                finally:  # also when the stream is closed early (Stop) or fails: what was reported so far
+                    reply.reported = _snapshot_usage(stream)
 
         reply = Reply(self.name, source())
         return reply
@@ -258,6 +281,14 @@ def _cut(stream: Any) -> None:
     except (AttributeError, OSError):
         pass  # already closed, or a transport without a socket: closing is the best left
     stream.close()
+
+
+def _snapshot_usage(stream: Any) -> Usage | None:
+    """The usage of the message as streamed so far (message_start carries the input tokens), if any arrived."""
+    try:
+        return _usage(stream.current_message_snapshot.usage)
+    except Exception:  # noqa: BLE001 (no message_start yet: the SDK has no snapshot to give)
+        return None
 
 
 def _usage(usage: Any) -> Usage:

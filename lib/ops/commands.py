@@ -84,6 +84,8 @@ def _print_report(report: Any) -> None:
         print(f"  VIOLATION {line}")
     for session_id, message_id in report.stale_pending:
         print(f"  stale pending: session {session_id} message {message_id}")
+    for command, session_ids in report.deletions.items():  # not checked, and left alone by repair
+        print(f"  {len(session_ids)} chats under an unfinished {command}: run it again to finish deleting them")
 
 
 def _reports(args: argparse.Namespace, settings: Settings, database: Any, db: Any) -> list:
@@ -147,6 +149,7 @@ def _users(args, settings, database, db) -> int:
 
 
 def _purge(args, settings, database, db) -> int:
+    """NoSuchUser (exit code 2) for an id the table knows nothing of: a typo must not read as a done purge."""
     from lib.ops.users import purge_user
 
     counts = purge_user(db, args.user, dry_run=args.dry_run, usage=args.usage)
@@ -175,7 +178,8 @@ def _retention(args, settings, database, db) -> int:
     results = retention(db, args.older_than, dry_run=args.dry_run)
     verb = "would delete" if args.dry_run else "deleted"
     for user_id, deleted in results.items():
-        print(f"{user_id}: {verb} {deleted.sessions} sessions ({deleted.items} items)")
+        kept = f"; kept {len(deleted.kept)} the user wrote to since they were listed" if deleted.kept else ""
+        print(f"{user_id}: {verb} {deleted.sessions} sessions ({deleted.items} items){kept}")
     print(f"{sum(d.sessions for d in results.values())} sessions older than {args.older_than:g} days {verb}")
     return 0
 

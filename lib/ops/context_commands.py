@@ -9,6 +9,7 @@ import sys
 from typing import Any
 
 from lib.config import Settings
+from lib.context.importer import FORMATS_HELP
 from lib.errors import ChatError
 
 NAMES = ("import-chat", "context")
@@ -20,6 +21,8 @@ def register(commands: Any) -> None:
         "import-chat",
         help="import conversations (own JSON, ChatGPT or Claude.ai export) "
         "with their original times; prints each new session id",
+        epilog=FORMATS_HELP,  # what it reads, from the importer itself
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     imp.add_argument("--user", required=True, help="the user id the chats belong to (as signed in)")
     imp.add_argument("file")
@@ -76,6 +79,14 @@ def _import(args: argparse.Namespace, settings: Settings) -> int:
         f"{result.memories} memories written",
         file=sys.stderr,
     )
+    for session_id in result.already_imported:
+        print(f"  {session_id}: already imported, skipped", file=sys.stderr)
+    for session_id in result.resumed:
+        print(f"  {session_id}: left part-written by an interrupted import, finished", file=sys.stderr)
+    for session_id, cut in result.truncated.items():
+        print(
+            f"  {session_id}: {cut} answer{'' if cut == 1 else 's'} cut to fit the 400 KB item limit", file=sys.stderr
+        )
     return 0
 
 

@@ -11,6 +11,8 @@ For every session of a user:
   - no turns without a meta (what a lost write or a half-copied table leaves), no row without a meta;
   - every record's sort key is one the store knows (lib.storage.keys.record_kind).
 Turns still pending after the timeout are listed, not counted as violations (`sweep-pending` ends them).
+Sessions a purge marker lists (a purge-user or retention that was killed) are listed as an unfinished
+deletion, not checked: rerunning the command finishes them, and `repair` must not rebuild what it deletes.
 
 Reads: `--user` is one Query of the user's partition plus one per session; `--deep` adds a Scan filtered
 to the user's session partitions (billed on the whole table: an operator tool); `--all` is one Scan.
@@ -56,7 +58,13 @@ class Report:
     messages: int = 0
     problems: list[Violation] = field(default_factory=list)
     stale_pending: list[tuple[str, str]] = field(default_factory=list)  # (session_id, message_id)
+    deletions: dict[str, list[str]] = field(default_factory=dict)  # unfinished: command -> the sessions it lists
     records: dict[str, SessionRecords] = field(default_factory=dict, repr=False)
+
+    @property
+    def pending_deletion(self) -> list[str]:
+        """The sessions under a purge marker, sorted."""
+        return sorted({s for ids in self.deletions.values() for s in ids})
 
     @property
     def violations(self) -> list[str]:
@@ -73,6 +81,7 @@ class Collector:
     def __init__(self) -> None:
         self.users: dict[str, dict[str, SessionRecords]] = defaultdict(lambda: defaultdict(SessionRecords))
         self.user_unknown: dict[str, list[str]] = defaultdict(list)
+        self.deletions: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
 
     def add(self, item: dict) -> None:
         owner = keys.parse_pk(item["pk"])
@@ -83,7 +92,11 @@ class Collector:
         if session_id is None:
             if kind == keys.LIST_ROW:
                 self.users[user_id][keys.list_row_parts(item["sk"])[1]].rows.append(item)
-            elif kind not in (keys.MEMORY, keys.VECTOR, keys.PURGE, keys.PREFERENCE):
+            elif kind == keys.PURGE:
+                command = item.get("source_command") or "deletion"  # markers from before they named it
+                self.deletions[user_id][command] |= set(item.get("session_ids", ()))
+                self.users[user_id]  # the user exists even with no session left
+            elif kind not in (keys.MEMORY, keys.VECTOR, keys.PREFERENCE):
                 self.user_unknown[user_id].append(item["sk"])
             else:
                 self.users[user_id]  # the user exists even with no session
@@ -104,10 +117,14 @@ def _judge(
     *,
     pending_timeout_s: float,
     at: dt.datetime | None,
+    deletions: dict[str, set[str]] | None = None,
 ) -> Report:
-    report = Report(user_id, records=dict(sessions))
+    deletions = deletions or {}
+    deleting = {s for ids in deletions.values() for s in ids}
+    report = Report(user_id, deletions={c: sorted(ids) for c, ids in sorted(deletions.items())})
+    report.records = {s: r for s, r in sessions.items() if s not in deleting}
     report.problems += [Violation(None, f"unknown record {sk!r} in the user's partition") for sk in unknown]
-    for session_id, records in sorted(sessions.items()):
+    for session_id, records in sorted(report.records.items()):
         turns = [Message.from_item({"input_body": "", **t}) for t in records.turns]  # bodies are not read
         report.messages += len(turns)
         report.problems += [Violation(session_id, f"unknown record {sk!r}") for sk in records.unknown]
@@ -181,7 +198,12 @@ def check_user(
             for item in db.session_records(user_id, session_id):
                 collector.add(item)
     return _judge(
-        user_id, collector.users[user_id], collector.user_unknown[user_id], pending_timeout_s=pending_timeout_s, at=at
+        user_id,
+        collector.users[user_id],
+        collector.user_unknown[user_id],
+        pending_timeout_s=pending_timeout_s,
+        at=at,
+        deletions=collector.deletions[user_id],
     )
 
 
@@ -192,6 +214,13 @@ def check_all(db: Operator, *, pending_timeout_s: float = 300, at: dt.datetime |
         collector.add(item)
     users = set(collector.users) | set(collector.user_unknown)
     return [
-        _judge(u, collector.users[u], collector.user_unknown[u], pending_timeout_s=pending_timeout_s, at=at)
+        _judge(
+            u,
+            collector.users[u],
+            collector.user_unknown[u],
+            pending_timeout_s=pending_timeout_s,
+            at=at,
+            deletions=collector.deletions[u],
+        )
         for u in sorted(users)
     ]

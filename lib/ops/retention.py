@@ -1,7 +1,9 @@
 """Retention and the pending sweep, for every registered user.
 
 Retention removes whole sessions whose last message is older than the cutoff (row, meta, turns and
-what hangs off them, together; lib/ops/deletion.py), so the per-session invariants hold. Per-item TTL
+what hangs off them, together; lib/ops/deletion.py), so the per-session invariants hold. A chat the user
+sends to while retention runs is kept: its deletion commits only on a meta still older than the cutoff, and
+once that commit is made a send to it fails instead of being acknowledged and then deleted. Per-item TTL
 is not used for it: DynamoDB's TTL deletes items one by one, days late and in no order, so a session's
 row could outlive its meta or its turns (or the reverse) for days.
 
@@ -26,15 +28,16 @@ def _utcnow() -> dt.datetime:
 def retention(
     db: Operator, older_than_days: float, *, dry_run: bool, now: dt.datetime | None = None
 ) -> dict[str, Deleted]:
-    """Delete every session last active before now - older_than_days, for every user; per-user results."""
+    """Delete every session last active before now - older_than_days, for every user; per-user results (users
+    with nothing deleted or kept are left out)."""
     if older_than_days <= 0:
         raise ValueError("--older-than must be a positive number of days")
     cutoff = keys.format_time((now or _utcnow()) - dt.timedelta(days=older_than_days))
     results: dict[str, Deleted] = {}
     for user_id in registered_users(db):
         old = db.sessions_last_active_before(user_id, cutoff)
-        deleted = delete_sessions(db, user_id, old, dry_run=dry_run)
-        if deleted.sessions:
+        deleted = delete_sessions(db, user_id, old, dry_run=dry_run, cutoff=cutoff, command="retention")
+        if deleted.sessions or deleted.kept:
             results[user_id] = deleted
     return results
 

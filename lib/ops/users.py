@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from lib.errors import NoSuchUser
 from lib.export import to_json, to_markdown
 from lib.ops.deletion import delete_sessions
 from lib.storage import keys
@@ -64,8 +65,18 @@ def purge_user(
     db: Operator, user_id: str, *, dry_run: bool, usage: bool = False, today: dt.date | None = None
 ) -> dict[str, int]:
     """Delete every item of the user: sessions (rows first), then the rest of their partition (memories,
-    vectors), the registry entry and, with `usage`, their usage buckets. Resumable; returns counts."""
+    vectors), the registry entry and, with `usage`, their usage buckets. Resumable; returns counts.
+
+    NoSuchUser, before anything is deleted, for an id with none of these (a typo must not read as success)."""
     rows = db.user_partition(user_id, keys.SESSION_PREFIX)
+    buckets: list[dict] = []
+    if usage:
+        today = today or dt.datetime.now(dt.UTC).date()
+        days = [(today - dt.timedelta(days=n)).isoformat() for n in range(USAGE_LOOKBACK_DAYS)]
+        buckets = db.usage_bucket_keys(user_id, days)
+    if not rows and not buckets and db.registry_entry(user_id) is None and not db.user_partition(user_id):
+        what = "registry entry, chat, memory or usage bucket" if usage else "registry entry, chat or memory"
+        raise NoSuchUser(f"no such user {user_id!r}: the table holds no {what} of that id; nothing was deleted.")
     deleted = delete_sessions(db, user_id, [r["session_id"] for r in rows], dry_run=dry_run, show_progress=True)
     # after a real deletion only memories, vectors and the like are left; a dry run still sees the rows
     rest = [i for i in db.user_partition(user_id) if not (dry_run and keys.record_kind(i["sk"]) == keys.LIST_ROW)]
@@ -73,14 +84,8 @@ def purge_user(
         "sessions": deleted.sessions,
         "session_items": deleted.items,
         "other_items": len(rest),
-        "usage_buckets": 0,
+        "usage_buckets": len(buckets),
     }
-    buckets: list[dict] = []
-    if usage:
-        today = today or dt.datetime.now(dt.UTC).date()
-        days = [(today - dt.timedelta(days=n)).isoformat() for n in range(USAGE_LOOKBACK_DAYS)]
-        buckets = db.usage_bucket_keys(user_id, days)
-        counts["usage_buckets"] = len(buckets)
     if not dry_run:
         db.delete_items([*rest, *buckets, keys.registry_key(user_id)])
     return counts

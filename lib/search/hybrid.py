@@ -9,6 +9,10 @@ nearest: a whole-history keyword index would be a Query over every turn per sear
 
 A search never mixes models: results whose `embed_model` is not the configured one are
 left out (and counted, so the page can say to run `reindex`).
+
+SearchVectors always returns the nearest turns, however far: asked with `relevant_only` (the Search page), a result
+that shares none of the query's words is kept only within UNMATCHED_MAX_DISTANCE of it, a bound measured per
+embedding model (a model not in the table is not cut), so nonsense finds nothing instead of twenty unrelated turns.
 """
 
 from __future__ import annotations
@@ -27,6 +31,10 @@ RRF_K = 60
 KEYWORD_COVER = 0.5  # a keyword match holds at least this share of the query's terms (one shared word is noise)
 MAX_QUERY_CHARS = 500
 MIN_QUERY_CHARS = 2
+# COSINE distance past which a result without a keyword match is noise, per embedding model. Local wordllama, on
+# the demo history: nonsense and unrelated queries ("zzqx", "banana", "quarterly revenue forecast") are all at 0.82
+# or more, a meaning match without a shared word ("pagination" for "How do I paginate a DynamoDB Query?") at 0.78.
+UNMATCHED_MAX_DISTANCE = {"wordllama-l2_supercat-256": 0.8}
 
 
 @dataclass(frozen=True)
@@ -67,9 +75,18 @@ def clean_query(text: str) -> tuple[str, str | None]:
     return text, None
 
 
-def search_chats(vectors: VectorStore, embedder: Embedder | None, user_id: str, query: str, top: int = 10) -> Outcome:
-    """The user's turns best matching `query`, best first. `user_id` is the signed-in identity's, never a
-    parameter a browser can set."""
+def search_chats(
+    vectors: VectorStore,
+    embedder: Embedder | None,
+    user_id: str,
+    query: str,
+    top: int = 10,
+    *,
+    relevant_only: bool = False,
+) -> Outcome:
+    """The user's turns best matching `query`, best first; with `relevant_only`, without those that share no word
+    and are far in meaning (UNMATCHED_MAX_DISTANCE). `user_id` is the signed-in identity's, never a parameter a
+    browser can set."""
     text, note = clean_query(query)
     outcome = Outcome(text, note=note)
     if len(text) < MIN_QUERY_CHARS:
@@ -100,6 +117,9 @@ def search_chats(vectors: VectorStore, embedder: Embedder | None, user_id: str, 
                 k_rank,
             )
         )
+    bound = UNMATCHED_MAX_DISTANCE.get(embedder.model) if relevant_only else None
+    if bound is not None:
+        fused = [r for r in fused if r.keyword_rank is not None or (r.distance is not None and r.distance <= bound)]
     fused.sort(key=lambda r: -r.score)
     outcome.results = fused[:top]
     if not outcome.results and not outcome.note:
@@ -131,15 +151,30 @@ def _keyword_ranks(query: str, docs: list[str]) -> dict[int, int]:
     return {i: rank for rank, (_, i) in enumerate(scores, 1)}
 
 
+def words_found(text: str, query: str) -> tuple[int, int]:
+    """(how many of the query's words `text` holds, how many words the query has), as `highlight` finds them."""
+    words = _words(query)
+    lowered = text.lower()
+    held = sum(1 for w in words if re.search(r"\b" + re.escape(w), lowered))
+    cjk = "".join(ch for ch in query if _CJK.match(ch))
+    pairs = {cjk[i : i + 2] for i in range(len(cjk) - 1)}
+    return held + sum(1 for p in pairs if p in text), len(words) + len(pairs)
+
+
+def _words(query: str) -> set[str]:
+    """The query's words that count: no CJK (matched as character pairs), no one-letter words, no stopwords."""
+    return {
+        w for w in re.findall(r"\w+", query.lower()) if not _CJK.search(w) and len(w) > 1 and w not in tokens.STOPWORDS
+    }
+
+
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
 
 
 def highlight(text: str, query: str) -> list[tuple[str, bool]]:
     """`text` as (segment, matched) pairs: the query's words (whole words, any case) and CJK runs of 2+ characters
     found in it. Plain data: the page escapes every segment before it bolds one."""
-    words = {
-        w for w in re.findall(r"\w+", query.lower()) if not _CJK.search(w) and len(w) > 1 and w not in tokens.STOPWORDS
-    }
+    words = _words(query)
     patterns = [r"\b" + re.escape(w) + r"\w*" for w in sorted(words, key=len, reverse=True)]
     cjk = "".join(ch for ch in query if _CJK.match(ch))
     patterns += [re.escape(cjk[i : i + 2]) for i in range(len(cjk) - 1)]

@@ -17,7 +17,9 @@ Readers classify an item by its sort key (`record_kind`) and skip kinds they do 
 know, so adding a record kind to a partition never breaks a page that reads it.
 
 Invariant: every key starts with USER#<user_id>, and user_id comes from the
-authenticated identity, so one user's request cannot name another user's item.
+authenticated identity, so one user's request cannot name another user's item. A user id
+never holds '#' (USER#bob#SES#<sid> is Bob's chat): every key builder refuses one that does
+(`check_user_id`, InvalidUserId), whoever passes it (the web identity, an admin command).
 """
 
 from __future__ import annotations
@@ -25,10 +27,14 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import datetime as _dt
+import hashlib
 import re
 from collections.abc import Callable, Iterator
 
 from ulid import ULID
+
+from lib import logs
+from lib.errors import InvalidUserId, TimeOutOfRange
 
 USER_PREFIX = "USER#"
 SESSION_PREFIX = "SES#"
@@ -61,19 +67,46 @@ _ULID_RE = re.compile(r"^[0-9A-HJKMNP-TV-Z]{26}$")
 _TIME_RE = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$")
 _LIST_SK_RE = re.compile(r"^SES#(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z)#([0-9A-HJKMNP-TV-Z]{26})$")
 _MSG_SK_RE = re.compile(r"^MSG#([0-9A-HJKMNP-TV-Z]{26})$")
+# What a user id may not hold: '#' (it would reach into another key), control characters (C0, DEL, C1) and lone
+# surrogates (DynamoDB cannot store them).
+_USER_ID_FORBIDDEN = re.compile("[#\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+MAX_USER_ID = 320  # an email address's own bound; the web identity's is lower (lib/web/identity.py)
+UNKNOWN_TIME = _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)  # what parse_time gives for a stored time it cannot read
 
 
 def format_time(moment: _dt.datetime) -> str:
-    """ISO 8601 UTC with milliseconds, fixed length: 2026-11-06T08:30:45.123Z."""
+    """ISO 8601 UTC with milliseconds, fixed length for every year: 2026-11-06T08:30:45.123Z (0999-... too)."""
     moment = moment.astimezone(_dt.UTC)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+    return f"{moment.year:04d}-" + moment.strftime("%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+
+
+def _parsed(text: object) -> _dt.datetime | None:
+    if not isinstance(text, str) or not _TIME_RE.match(text):
+        return None
+    try:
+        return _dt.datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=_dt.UTC)
+    except ValueError:  # the right shape, not a date (month 13, year 0)
+        return None
+
+
+def time_or_none(text: object) -> _dt.datetime | None:
+    """The datetime of a key time, or None (logged) for anything else a table may hold: a reader shows something
+    neutral instead of failing its page."""
+    moment = _parsed(text)
+    if moment is None:
+        logs.warning("keys.malformed_time", length=len(text) if isinstance(text, str) else None)
+    return moment
+
+
+def is_time(text: object) -> bool:
+    """True if `text` is a key time (the fixed-length format, and a real date)."""
+    return _parsed(text) is not None
 
 
 def parse_time(text: str) -> _dt.datetime:
-    """The datetime of a key time; ValueError if it is not in the key format."""
-    if not _TIME_RE.match(text):
-        raise ValueError(f"not a key time: {text!r}")
-    return _dt.datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=_dt.UTC)
+    """The datetime of a key time. Never raises: a stored time not in the key format (a bug, a hand edit) gives
+    UNKNOWN_TIME and a log line, so no page fails on it; `is_time` tells the two apart."""
+    return time_or_none(text) or UNKNOWN_TIME
 
 
 def _utcnow() -> _dt.datetime:
@@ -106,16 +139,49 @@ def later_than(previous: str) -> str:
     A send must move last_message_time strictly forward: an equal time would make
     the Delete of the old list item and the Put of the new one name the same key,
     which DynamoDB rejects inside one transaction, and the sidebar would not move.
+    TimeOutOfRange when `previous` is the last millisecond of the year 9999: no key time follows it.
     """
     current = now()
-    if current > previous:
-        return current
-    return format_time(parse_time(previous) + _dt.timedelta(milliseconds=1))
+    if current > previous or not is_time(previous):
+        return current  # a malformed stored time (`admin check` shows it) never blocks a send
+    try:
+        return format_time(parse_time(previous) + _dt.timedelta(milliseconds=1))
+    except OverflowError:
+        raise TimeOutOfRange(
+            "This chat's last message is dated at the very end of the year 9999, so no message can follow it; "
+            "start a new chat."
+        ) from None
+
+
+# Ids handed out first by new_id in this thread (see `ids`); a context variable, like the clock.
+_given_ids: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar("given_ids", default=())
 
 
 def new_id() -> str:
-    """A new ULID: 26 chars whose string order is creation order."""
+    """A new ULID: 26 chars whose string order is creation order (or the next one `ids` gives)."""
+    given = _given_ids.get()
+    if given:
+        _given_ids.set(given[1:])
+        return given[0]
     return str(ULID())
+
+
+@contextlib.contextmanager
+def ids(*given: str) -> Iterator[None]:
+    """Run the block (in this thread) with these ids handed out first by new_id, then fresh ones: import-chat names
+    a chat it creates by its source (`derived_id`), so importing the same file again finds it."""
+    token = _given_ids.set(tuple(given))
+    try:
+        yield
+    finally:
+        _given_ids.reset(token)
+
+
+def derived_id(moment: _dt.datetime, seed: str) -> str:
+    """A ULID at `moment` whose other 80 bits are a hash of `seed`: the same seed and moment give the same id."""
+    millis = int(moment.timestamp() * 1000)
+    digest = hashlib.sha256(seed.encode("utf-8", "surrogatepass")).digest()
+    return str(ULID.from_bytes(millis.to_bytes(6, "big") + digest[:10]))
 
 
 def is_id(text: object) -> bool:
@@ -123,10 +189,27 @@ def is_id(text: object) -> bool:
     return isinstance(text, str) and bool(_ULID_RE.match(text))
 
 
+def check_user_id(user_id: object) -> str:
+    """The user id, if a key may be built from it; InvalidUserId if it is empty, longer than MAX_USER_ID, or holds
+    '#' (which would let it name another user's items), a control character or a lone surrogate."""
+    if not isinstance(user_id, str) or not user_id or len(user_id) > MAX_USER_ID or _USER_ID_FORBIDDEN.search(user_id):
+        raise InvalidUserId(
+            f"A user id is 1 to {MAX_USER_ID} characters with no '#' and no control characters; no key is built "
+            "from any other."
+        )
+    return user_id
+
+
+def canonical_user_id(text: str) -> str:
+    """The user id a sign-in makes of `text`: spaces trimmed, an email lower-cased (an opaque subject keeps its
+    case). lib/web/identity.py applies the same rule; admin commands refuse a --user that differs from it."""
+    text = text.strip()
+    return text.lower() if "@" in text else text
+
+
 def user_pk(user_id: str) -> str:
-    if not user_id or not isinstance(user_id, str):
-        raise ValueError("user_id must be a non-empty string from the authenticated identity")
-    return f"{USER_PREFIX}{user_id}"
+    """The user's partition key; InvalidUserId for an id no key may be built from (check_user_id)."""
+    return f"{USER_PREFIX}{check_user_id(user_id)}"
 
 
 def session_pk(user_id: str, session_id: str) -> str:

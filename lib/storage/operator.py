@@ -10,10 +10,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from lib.errors import MessageNotFound, MessageNotPending
+from lib import logs
+from lib.errors import InvalidUserId, MessageNotFound, MessageNotPending
 from lib.storage import keys, partitions
 from lib.storage.capacity import Meter
-from lib.storage.gateway import Gateway, from_item, to_item
+from lib.storage.gateway import Gateway, from_item, on_condition_failed, to_item
 from lib.storage.records import INTERRUPTED, Message
 from lib.storage.repairs import Repairs
 from lib.storage.store import ChatStore
@@ -22,11 +23,19 @@ from lib.storage.store import ChatStore
 # anyway; this keeps chat text out of the operator's memory and terminal).
 CHECK_PROJECTION = (
     "pk, sk, session_id, user_id, title, create_time, last_message_time, message_count, message_id, "
-    "#status, attempt_time, system_prompt_id"
+    "#status, attempt_time, system_prompt_id, session_ids, source_command"
 )
 _CHECK_NAMES = {"#status": "status"}
 # What a partition listing reads: keys, the session a sidebar row names, the sessions a purge marker lists.
 _LISTING, _LISTING_NAMES = "pk, sk, session_id, #ids", {"#ids": "session_ids"}
+
+
+# What commit_deletion found: the chat's meta and sidebar rows went in one transaction; the meta was already gone
+# (an earlier, interrupted deletion), so its rows went; or the chat was used after the cutoff (or kept changing),
+# and nothing was deleted.
+DELETED, GONE, KEPT = "deleted", "gone", "kept"
+_COMMIT_ATTEMPTS = 4
+_TRANSACTION_MAX = 100
 
 
 def _key(item: Mapping[str, Any]) -> dict[str, Any]:
@@ -68,7 +77,11 @@ class Operator:
             ExpressionAttributeValues=to_item({":pk": keys.REGISTRY_PK}),
         ):
             for item in page:
-                yield keys.registry_user(item["sk"]["S"])
+                user_id = keys.registry_user(item["sk"]["S"])
+                try:
+                    yield keys.check_user_id(user_id)
+                except InvalidUserId:  # written before ids were checked: no key can be built from it safely
+                    logs.warning("operator.unusable_user_id", length=len(user_id))
 
     def registry_entry(self, user_id: str) -> dict[str, Any] | None:
         """The user's registry item (first_time, last_create_time), or None (1 consistent GetItem)."""
@@ -150,12 +163,75 @@ class Operator:
 
     # --- deleting ----------------------------------------------------------------------------------------------
 
-    def mark_purging(self, user_id: str, session_ids: list[str], per_marker: int) -> None:
-        """Put the purge markers listing these sessions, `per_marker` ids each (BatchWriteItem)."""
+    def purge_markers(self, user_id: str) -> list[dict[str, Any]]:
+        """The user's purge markers, whole: `session_ids`, and `cutoff_time` and `source_command` when the
+        deletion that wrote them recorded them."""
+        return [from_item(i) for i in partitions.user_items(self._db, user_id, keys.PURGE_PREFIX)]
+
+    def mark_purging(
+        self,
+        user_id: str,
+        session_ids: list[str],
+        per_marker: int,
+        *,
+        cutoff: str | None = None,
+        command: str = "",
+    ) -> list[dict[str, Any]]:
+        """Put the purge markers listing these sessions, `per_marker` ids each, with the deletion's cutoff (a rerun
+        deletes them only if still older) and the command that wrote them (BatchWriteItem); returns their keys."""
         chunks = [session_ids[n : n + per_marker] for n in range(0, len(session_ids), per_marker)]
-        self._db.batch_write(
-            puts=[to_item({**keys.purge_key(user_id, n), "session_ids": set(chunk)}) for n, chunk in enumerate(chunks)]
-        )
+        extra = {k: v for k, v in (("cutoff_time", cutoff), ("source_command", command)) if v}
+        markers = [{**keys.purge_key(user_id, n), "session_ids": set(chunk), **extra} for n, chunk in enumerate(chunks)]
+        self._db.batch_write(puts=[to_item(m) for m in markers])
+        return [_key(m) for m in markers]
+
+    def commit_deletion(
+        self, user_id: str, session_id: str, rows: Iterable[Mapping[str, Any]], *, cutoff: str | None
+    ) -> str:
+        """Delete a chat's meta and its sidebar rows in one transaction, on the condition that the meta is still
+        as it was read (a consistent GetItem just before): DELETED, GONE or KEPT.
+
+        With a `cutoff` (retention), a chat whose last_message_time is at or after it was used again since it was
+        listed: KEPT, nothing deleted. Once the meta is gone, a send to the chat fails its own condition on the
+        meta (the page says the chat is gone) instead of committing a turn that the rest of the deletion would
+        remove; so the turns left behind can be deleted without a condition. `rows` are the sidebar rows the
+        caller listed; the row at the meta's own time is always included, so a send that moved the row after the
+        listing cannot leave one behind."""
+        listed = [_key(r) for r in rows]
+        for _ in range(_COMMIT_ATTEMPTS):
+            item = self._db.call(
+                "get_item",
+                Key=to_item(keys.meta_key(user_id, session_id)),
+                ConsistentRead=True,
+                ProjectionExpression="last_message_time",
+            ).get("Item")
+            if item is None:  # no send can commit without a meta, so no row can appear any more
+                self.delete_items(listed)
+                return GONE
+            seen = from_item(item)["last_message_time"]
+            if cutoff is not None and seen >= cutoff:
+                return KEPT
+            current = keys.list_key(user_id, seen, session_id)
+            doomed = [current, *(k for k in listed if k != current)]
+            actions = [
+                {
+                    "Delete": {  # the meta, only as we just read it: a send meanwhile cancels the deletion
+                        "TableName": self._db.table,
+                        "Key": to_item(keys.meta_key(user_id, session_id)),
+                        "ConditionExpression": "last_message_time = :seen",
+                        "ExpressionAttributeValues": to_item({":seen": seen}),
+                    }
+                },
+                *({"Delete": {"TableName": self._db.table, "Key": to_item(k)}} for k in doomed[: _TRANSACTION_MAX - 1]),
+            ]
+            with on_condition_failed() as refused:
+                self._db.call("transact_write_items", TransactItems=actions)
+            if not refused:
+                self.delete_items(doomed[_TRANSACTION_MAX - 1 :])  # a broken chat's 99th row and beyond
+                return DELETED
+            # a send moved the meta (or conflicted with us) between the read and the write: read it again
+        logs.warning("operator.deletion_kept_changing", session_id=session_id)
+        return KEPT
 
     def delete_items(self, items: Iterable[Mapping[str, Any]]) -> int:
         """Delete the items with these keys (plain pk, sk; other attributes ignored), 25 per BatchWriteItem, in

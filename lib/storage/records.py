@@ -75,6 +75,7 @@ class Message:
     output_truncated: bool = False
     feedback: int | None = None  # 1 thumbs up, 0 thumbs down
     attempt_time: str | None = None  # when Retry last restarted the turn
+    tokens_estimated: bool = False  # an answer that ended early: its token counts are estimates (Reply.usage_so_far)
     size: int = field(default=0, compare=False)  # the stored item's size in bytes
     context: tuple[dict, ...] = ()  # what the model saw: {kind, tokens, id?, excerpt?} per part, ids and counts only
 
@@ -100,6 +101,7 @@ class Message:
             output_truncated=bool(item.get("output_truncated", False)),
             feedback=int(item["feedback"]) if "feedback" in item else None,
             attempt_time=item.get("attempt_time"),
+            tokens_estimated=bool(item.get("tokens_estimated", False)),
             size=size,
             context=tuple(
                 {k: int(v) if isinstance(v, _Decimal) else v for k, v in part.items()}

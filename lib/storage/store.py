@@ -314,6 +314,7 @@ class ChatStore:
         context: list[dict] | None = None,
         started_before: str | None = None,
         action: str = "fail",
+        tokens_estimated: bool = False,
     ) -> Message:
         """Mark the turn failed, keeping the partial answer and why (1 UpdateItem). MessageNotPending if it was
         saved meanwhile (or, with `started_before`, restarted by a Retry at or after that time); MessageNotFound if
@@ -332,6 +333,7 @@ class ChatStore:
                 error=error,
                 context=context or None,
                 started_before=started_before,
+                tokens_estimated=True if tokens_estimated else None,
             )
 
     def _complete(
@@ -376,18 +378,40 @@ class ChatStore:
         )
 
     def restart_message(self, user_id: str, message: Message) -> Message:
-        """Put a failed or interrupted turn back to pending for Retry: the same question, no duplicate (1 UpdateItem)."""
+        """Put a failed or interrupted turn back to pending for Retry: the same question, no duplicate (1 UpdateItem).
+
+        Only from the attempt the caller saw: two tabs (or replicas) retrying the same turn at once both read
+        the same attempt_time, the first moves it, and the second is refused (MessageNotPending) instead of
+        starting a second answer of one turn."""
+        seen = (
+            ("attempt_time = :seen", {":seen": message.attempt_time})
+            if message.attempt_time
+            else ("attribute_not_exists(attempt_time)", {})
+        )
         with self._db.action("retry", user_id, prior=self._message_size(user_id, message)):
             return self._update_message(
                 user_id,
                 message,
                 UpdateExpression="SET #status = :pending, attempt_time = :now REMOVE output_body, #error, "
-                "response_start_time, response_end_time, output_truncated",
-                # A done turn is never reopened; a pending one only when the caller saw it stale.
-                ConditionExpression="#status IN (:failed, :pending)",
+                "response_start_time, response_end_time, output_truncated, tokens_estimated",
+                # A done turn is never reopened; a pending one only when the caller saw it stale; and only the
+                # attempt the caller saw, so one Retry wins.
+                ConditionExpression=f"#status IN (:failed, :pending) AND {seen[0]}",
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
                 ExpressionAttributeNames={"#status": "status", "#error": "error"},
-                ExpressionAttributeValues=to_item({":pending": PENDING, ":failed": FAILED, ":now": keys.now()}),
-                refused=lambda old: MessageNotPending("This turn already has an answer."),
+                ExpressionAttributeValues=to_item(
+                    {
+                        ":pending": PENDING,
+                        ":failed": FAILED,
+                        ":now": keys.later_than(message.attempt_time or ""),
+                        **seen[1],
+                    }
+                ),
+                refused=lambda old: MessageNotPending(
+                    "This turn already has an answer."
+                    if old and old.get("status", {}).get("S") == DONE
+                    else "This answer is already being written again (in another tab); reload the chat to follow it."
+                ),
             )
 
     def set_feedback(self, user_id: str, message: Message, value: int | None) -> Message:

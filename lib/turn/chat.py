@@ -1,8 +1,9 @@
 """ChatService: the one owner of a turn's life, for every page and command that starts or changes one.
 
     sent = chat.ask(user_id, session, question, history=..., summary=..., cache=...)
-        admit (the caps) -> commit the question (1 transaction) and assemble the context (lib.turn.turns,
-        lib.context) -> bump the chat's hot-tier counter -> hand the turn to a worker thread (lib.turn.worker)
+        reserve a place for the answer (the caps, one answer per chat: lib.turn.worker.Generations.admitted)
+        -> commit the question (1 transaction) and assemble the context (lib.turn.turns, lib.context) -> bump
+        the chat's change counter -> hand the turn to a worker thread (lib.turn.worker)
     chat.retry(...)     the same for a failed or interrupted turn (1 UpdateItem instead of the transaction)
     chat.stop(id)       the worker here, or (hot tier) the one on another replica, stops within ~0.25 s
     chat.rename(...), chat.set_feedback(...), chat.regenerate_summary(...)
@@ -19,8 +20,9 @@ memories; what it produces (a title, a summary, new memories, counter values) is
 and the page applies it in its own run (lib.web.live_turns). So no thread but the page's ever mutates a
 browser session's state.
 
-Every write here is followed by the hot-tier bump that tells other tabs and replicas the chat changed; the
-returned `version` lets the writing tab adopt it without reloading.
+Every write here is followed by a bump of the chat's change counter (this process's own, lib.turn.changes, or
+the hot tier's across replicas) that tells other tabs the chat changed; the returned `version` lets the writing
+tab adopt it without reloading.
 """
 
 from __future__ import annotations
@@ -38,9 +40,10 @@ from lib.model.models import ChatModel
 from lib.search.indexer import index_turn_after_save
 from lib.storage.records import DONE, Message, Session, Summary
 from lib.storage.store import ChatStore
+from lib.turn.changes import LocalChanges
 from lib.turn.live import LiveAnswer
 from lib.turn.turns import STOPPED, Turn, begin_turn, retry_turn
-from lib.turn.worker import Generations, quietly
+from lib.turn.worker import Admission, Generations, quietly
 from lib.usage.ledger import Ledger
 
 
@@ -51,8 +54,9 @@ class Sent:
     session: Session
     message: Message
     live: LiveAnswer
-    version: int | None  # the chat's hot-tier counter after the commit (None: no hot tier, or Redis failed)
+    version: int | None  # the chat's change counter after the commit (None: Redis failed)
     first: bool  # the question created the chat
+    waited: bool = False  # sent right after the chat's previous answer ended: it waited for that answer's save
 
 
 @dataclass(frozen=True)
@@ -93,6 +97,8 @@ class ChatService:
         self.settings, self.store, self.model, self.ledger = settings, store, model, ledger
         self.engine, self.generations = engine, generations
         self.hot = generations.hot  # lib.hot.tier.HotTier with CHAT_REDIS_URL, else None
+        # Change counters per chat: the hot tier's (every replica) or this process's own (its tabs).
+        self.counters = self.hot if self.hot is not None else LocalChanges()
         self.local = local  # the embedded database: only this process can serve it
 
     # --- a turn ---------------------------------------------------------------------------------------------
@@ -110,26 +116,27 @@ class ChatService:
         (nothing committed) or the store's domain errors; the caller keeps the text on any ChatError."""
         if not question.strip():
             raise EmptyQuestion("Type a question first.")
-        self.generations.admit(user_id)
-        turn = begin_turn(
-            self.store,
-            self.model,
-            user_id,
-            session,
-            question,
-            history,
-            system_prompt_id=self.settings.system_prompt_id,
-            budget_tokens=self.settings.context_tokens,
-            ledger=self.ledger,
-            engine=self.engine,
-            cache=cache,
-            summary=summary,
-        )
-        first = session is None
-        version = self._bump(user_id, turn.session.session_id)
-        turns = tuple(m for m in history if m.message_id != turn.message.message_id) + (turn.message,)
-        live = self._start(turn, Handoff(user_id, turn.session, turns, summary, _private(cache, user_id), first))
-        return Sent(turn.session, turn.message, live, version, first)
+        with self.generations.admitted(user_id, session.session_id if session else None) as admission:
+            turn = begin_turn(
+                self.store,
+                self.model,
+                user_id,
+                session,
+                question,
+                history,
+                system_prompt_id=self.settings.system_prompt_id,
+                budget_tokens=self.settings.context_tokens,
+                ledger=self.ledger,
+                engine=self.engine,
+                cache=cache,
+                summary=summary,
+            )
+            first = session is None
+            version = self._bump(user_id, turn.session.session_id)
+            turns = tuple(m for m in history if m.message_id != turn.message.message_id) + (turn.message,)
+            handoff = Handoff(user_id, turn.session, turns, summary, _private(cache, user_id), first)
+            live = self._start(turn, handoff, admission)
+        return Sent(turn.session, turn.message, live, version, first, admission.waited)
 
     def retry(
         self,
@@ -142,33 +149,35 @@ class ChatService:
         cache: ContextCache,
     ) -> Sent:
         """Answer a failed or interrupted turn again, in place (1 UpdateItem: the same question, no second one)."""
-        self.generations.admit(user_id)
-        turn = retry_turn(
-            self.store,
-            self.model,
-            user_id,
-            session,
-            message,
-            history,
-            budget_tokens=self.settings.context_tokens,
-            ledger=self.ledger,
-            engine=self.engine,
-            cache=cache,
-            summary=summary,
-        )
-        version = self._bump(user_id, session.session_id)
-        turns = tuple(turn.message if m.message_id == message.message_id else m for m in history)
-        live = self._start(turn, Handoff(user_id, turn.session, turns, summary, _private(cache, user_id), False))
-        return Sent(turn.session, turn.message, live, version, False)
+        with self.generations.admitted(user_id, session.session_id, message_id=message.message_id) as admission:
+            turn = retry_turn(
+                self.store,
+                self.model,
+                user_id,
+                session,
+                message,
+                history,
+                budget_tokens=self.settings.context_tokens,
+                ledger=self.ledger,
+                engine=self.engine,
+                cache=cache,
+                summary=summary,
+            )
+            version = self._bump(user_id, session.session_id)
+            turns = tuple(turn.message if m.message_id == message.message_id else m for m in history)
+            handoff = Handoff(user_id, turn.session, turns, summary, _private(cache, user_id), False)
+            live = self._start(turn, handoff, admission)
+        return Sent(turn.session, turn.message, live, version, False, admission.waited)
 
     def stop(self, message_id: str) -> None:
         """Stop an answer written here, or (hot tier) by another replica: its worker notices within ~0.25 s."""
         if not self.generations.stop(message_id) and self.hot is not None:
             self.hot.request_stop(message_id, STOPPED)
 
-    def _start(self, turn: Turn, handoff: Handoff) -> LiveAnswer:
+    def _start(self, turn: Turn, handoff: Handoff, admission: Admission) -> LiveAnswer:
         title = functools.partial(self._title, handoff) if handoff.first else None
-        return self.generations.start(turn, title=title, after_save=functools.partial(self._after_save, handoff))
+        after_save = functools.partial(self._after_save, handoff)
+        return self.generations.start(turn, title=title, after_save=after_save, admission=admission)
 
     # --- after the answer is saved (in the worker) ----------------------------------------------------------
     def _title(self, handoff: Handoff, turn: Turn) -> Session | None:
@@ -220,8 +229,8 @@ class ChatService:
         return Written(outcome, self._bump(user_id, session_id) if outcome.written else None)
 
     def _bump(self, user_id: str, session_id: str) -> int | None:
-        """After a write to the chat: tell the other tabs and replicas (the hot tier's counter), if there is one."""
-        return self.hot.bump(user_id, session_id) if self.hot is not None else None
+        """After a write to the chat: tell the other tabs (and, with the hot tier, replicas) that it changed."""
+        return self.counters.bump(user_id, session_id)
 
     # --- what pages read -------------------------------------------------------------------------------------
     def live(self, message_id: str) -> LiveAnswer | None:
@@ -232,8 +241,9 @@ class ChatService:
         """The answer as the hot tier has it (written by another replica), or None (no hot tier, or unknown)."""
         return self.hot.live(message_id) if self.hot is not None else None
 
-    def remote_version(self, user_id: str, session_id: str) -> int | None:
-        return self.hot.version(user_id, session_id) if self.hot is not None else None
+    def version(self, user_id: str, session_id: str) -> int | None:
+        """The chat's change counter now (None: unknown, e.g. Redis down): a tab compares it with its own."""
+        return self.counters.version(user_id, session_id)
 
 
 def _private(cache: ContextCache, user_id: str) -> ContextCache:

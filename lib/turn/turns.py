@@ -21,7 +21,7 @@ from lib.errors import ChatError, MessageNotPending
 from lib.model.models import ChatModel, Reply, Usage
 from lib.model.prompts import system_prompt
 from lib.storage import keys
-from lib.storage.records import Message, Session
+from lib.storage.records import DONE, Message, Session
 from lib.storage.store import ChatStore
 from lib.turn.context import Context, loaded_only
 from lib.usage.ledger import Ledger
@@ -44,6 +44,7 @@ class Turn:
     error: str | None = None
     save_error: ChatError | None = field(default=None, repr=False)
     ledger: Ledger | None = field(default=None, repr=False)
+    stopped: bool = False  # ended by a Stop (the user's, or the unwatched-answer timeout), not by a failure
 
     def __iter__(self) -> Iterator[str]:
         self.reply = self.model.stream(self.context.prompt)
@@ -67,7 +68,8 @@ class Turn:
         if self.saved is not None:
             return self.saved
         reply = self.reply
-        usage = reply.usage if reply else Usage()
+        # An answer that ended early is billed for the prompt and what arrived: counted, marked estimated.
+        usage = reply.usage_so_far(getattr(self.context, "tokens", 0)) if reply else Usage()
         seen = self.context.sources_record() if hasattr(self.context, "sources_record") else None
         try:
             if reply is not None and reply.complete:
@@ -94,6 +96,7 @@ class Turn:
                     response_end_time=reply.ended_at if reply else None,
                     model=self.model.name,
                     context=seen,
+                    tokens_estimated=usage.estimated,
                 )
             self.save_error = None
             if self.ledger is not None:
@@ -107,7 +110,8 @@ class Turn:
                 latency_s=self.saved.latency_s(),
                 input_tokens=usage.input_tokens,
                 output_tokens=usage.output_tokens,
-                stopped=self.saved.status != "done" and self.error is None,
+                stopped=self.stopped or (self.saved.status != DONE and self.error is None),
+                tokens_estimated=usage.estimated,
             )
         except MessageNotPending:
             self.saved = self.message  # the other tab's save stands

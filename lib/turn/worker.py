@@ -11,13 +11,15 @@ as interrupted, with Retry, as before. One instance per process (`st.cache_resou
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 import weakref
-from typing import Callable
+from dataclasses import dataclass
+from typing import Callable, Iterator
 
 from lib import logs
-from lib.errors import ChatError, GenerationLimit, ModelError
+from lib.errors import ChatBusy, ChatError, GenerationLimit, ModelError
 from lib.storage.records import DONE, Message
 from lib.turn.live import SAVED, SAVING, LiveAnswer
 from lib.turn.turns import STOPPED, Turn
@@ -28,7 +30,29 @@ ABORT_AFTER_S = 0.5  # a Stop the worker has not acted on by then (the model is 
 SAVE_RETRY_S = 2.0  # a save throttled past botocore's retries is tried again this often
 KEEP_S = 120.0  # a finished LiveAnswer stays findable this long, for tabs that were following it
 
+SETTLE_S = 5.0  # a question sent right after an answer's last words waits this long, at most, for its save
+BUSY_CHAT = (
+    "An answer in this chat is still being written (in this or another tab). Your message is kept: send it once "
+    "the answer is finished, or Stop it first."
+)
+BUSY_TURN = "This answer is already being written again (in this or another tab); it shows here as it comes."
+BUSY_ELSEWHERE = (
+    "An answer in this chat is still being written by another copy of the app. Your message is kept: send it "
+    "once the answer is finished."
+)
+
 AfterSave = Callable[[Message, LiveAnswer], None]
+
+
+@dataclass
+class Admission:
+    """A place reserved for one answer, from admission until its worker starts (see Generations.admitted)."""
+
+    user_id: str
+    session_id: str | None
+    message_id: str | None
+    waited: bool = False  # the question waited for the chat's previous answer to be saved
+    claim: object = None  # the hot tier's claim across replicas (None: no hot tier, or Redis did not answer)
 
 
 class Generations:
@@ -53,6 +77,8 @@ class Generations:
         self._threads: dict[str, threading.Thread] = {}
         self._turns: dict[str, Turn] = {}
         self._ended: dict[str, float] = {}
+        self._reserved: list[Admission] = []  # places held between admission and start (see `admitted`)
+        self._claims: dict[str, object] = {}  # message id -> its hot-tier claim, released when the worker ends
         Generations._instances.add(self)
 
     # --- what pages ask -----------------------------------------------------------------------------
@@ -63,23 +89,82 @@ class Generations:
     def active(self, user_id: str | None = None) -> list[LiveAnswer]:
         """Answers still streaming or saving (for one user, or all)."""
         with self._lock:
-            return [
-                a
-                for a in self._live.values()
-                if a.status != SAVED and not a.is_done and (user_id is None or a.user_id == user_id)
-            ]
+            return self._active_locked(user_id)
+
+    def _active_locked(self, user_id: str | None) -> list[LiveAnswer]:
+        return [
+            a
+            for a in self._live.values()
+            if a.status != SAVED and not a.is_done and (user_id is None or a.user_id == user_id)
+        ]
 
     def admit(self, user_id: str) -> None:
-        """Raise GenerationLimit (a sentence for the user) if one more answer would pass a cap; call before
-        committing the question, so a refused question is never half-sent. Two tabs admitted at the same
-        instant can pass a cap by one: the caps bound load, they are not a quota."""
-        mine = len(self.active(user_id))
+        """Raise GenerationLimit if one more answer of this user would pass a cap now (a check only: `admitted`
+        is what reserves the place)."""
+        with self._lock:
+            self._check(user_id, None, None)
+
+    @contextlib.contextmanager
+    def admitted(
+        self, user_id: str, session_id: str | None = None, *, message_id: str | None = None, settle_s: float = SETTLE_S
+    ) -> Iterator[Admission]:
+        """Reserve a place for one more answer before the question is committed, and hold it until `start`
+        registers the answer (or the block raises: nothing was committed, the place is free again).
+
+        Refused, with a sentence for the user (nothing committed): past the user's or the process's cap
+        (GenerationLimit), or while an answer in the same chat (`session_id`) or of the same turn (`message_id`,
+        a Retry) is being written, in any tab this process serves or, with the hot tier, on any replica
+        (ChatBusy). Checking and reserving happen under one lock (and, across replicas, in one Redis script), so
+        ten tabs sending at once cannot pass a cap together.
+
+        A question sent in the moment between an answer's last words and its save is not refused: it waits
+        (at most `settle_s`) for that save, then goes on, and `Admission.waited` says so."""
+        admission = Admission(user_id, session_id, message_id)
+        streamed = self._writing(user_id, session_id, message_id)
+        if streamed is not None and streamed.stream_closed_at is not None and streamed.saved is None:
+            admission.waited = streamed.wait_ended(settle_s)
+        with self._lock:
+            self._check(user_id, session_id, message_id)
+            self._reserved.append(admission)
+        try:
+            if self.hot is not None:
+                admission.claim = self.hot.claim(user_id, session_id, message_id, per_user=self.per_user)
+                if admission.claim is False:
+                    raise ChatBusy(BUSY_ELSEWHERE)
+            yield admission
+        except BaseException:
+            if admission.claim and self.hot is not None:
+                self.hot.release(admission.claim)
+            raise
+        finally:
+            with self._lock:
+                self._reserved.remove(admission)
+
+    def _writing(self, user_id: str, session_id: str | None, message_id: str | None) -> LiveAnswer | None:
+        """The answer being written in this chat (or of this turn) by this process, if any."""
+        with self._lock:
+            for live in self._active_locked(user_id):
+                if live.message_id == message_id or (session_id is not None and live.session_id == session_id):
+                    return live
+        return None
+
+    def _check(self, user_id: str, session_id: str | None, message_id: str | None) -> None:
+        """Under the lock: the caps count the answers being written and the places reserved for them."""
+        writing = self._active_locked(user_id)
+        reserved = [a for a in self._reserved if a.user_id == user_id]
+        if session_id is not None or message_id is not None:
+            for other in [*writing, *reserved]:
+                if other.message_id == message_id and message_id is not None:
+                    raise ChatBusy(BUSY_TURN)
+                if session_id is not None and other.session_id == session_id:
+                    raise ChatBusy(BUSY_CHAT)
+        mine = len(writing) + len(reserved)
         if mine >= self.per_user:
             raise GenerationLimit(
                 f"You already have {mine} answer{'' if mine == 1 else 's'} being written (the most at once is "
                 f"{self.per_user}). Wait for one to finish or stop one, then send again."
             )
-        if len(self.active()) >= self.per_process:
+        if len(self._active_locked(None)) + len(self._reserved) >= self.per_process:
             raise GenerationLimit("The app is writing as many answers as it can right now. Send again in a moment.")
 
     def stop(self, message_id: str, reason: str = STOPPED) -> bool:
@@ -102,9 +187,15 @@ class Generations:
 
     # --- the worker ---------------------------------------------------------------------------------
     def start(
-        self, turn: Turn, *, title: Callable[[Turn], object] | None = None, after_save: AfterSave | None = None
+        self,
+        turn: Turn,
+        *,
+        title: Callable[[Turn], object] | None = None,
+        after_save: AfterSave | None = None,
+        admission: Admission | None = None,
     ) -> LiveAnswer:
-        """Run the turn's model stream in a worker thread; returns its LiveAnswer at once."""
+        """Run the turn's model stream in a worker thread; returns its LiveAnswer at once. Called inside
+        `admitted`, the answer takes over the reserved place (and the hot-tier claim, released when it ends)."""
         live = LiveAnswer(turn.user_id, turn.session.session_id, turn.message.message_id, context=turn.context)
         thread = threading.Thread(
             target=self._run,
@@ -117,6 +208,14 @@ class Generations:
             self._live[live.message_id] = live
             self._threads[live.message_id] = thread
             self._turns[live.message_id] = turn
+            claim = admission.claim if admission is not None else None
+            if claim:
+                admission.claim = None  # the worker releases it now
+        if claim and admission.session_id is None:  # a new chat: its id is known only now
+            claim = self.hot.attach(claim, turn.user_id, turn.session.session_id)
+        if claim:
+            with self._lock:
+                self._claims[live.message_id] = claim
         if self.hot is not None:
             self.hot.begin(live)
         thread.start()
@@ -141,6 +240,9 @@ class Generations:
                 self._ended[live.message_id] = time.monotonic()
                 self._threads.pop(live.message_id, None)
                 self._turns.pop(live.message_id, None)
+                claim = self._claims.pop(live.message_id, None)
+            if claim is not None and self.hot is not None:
+                self.hot.release(claim)
 
     def _stream(self, turn: Turn, live: LiveAnswer) -> None:
         """Iterate the model stream into the live buffer until it ends, fails, or is stopped."""
@@ -170,7 +272,7 @@ class Generations:
                 turn.reply.close()
             live.stream_closed_at = time.monotonic()
         if live.stopping:
-            turn.error = live.stop_reason or STOPPED
+            turn.error, turn.stopped = live.stop_reason or STOPPED, True
 
     def _save(self, turn: Turn, live: LiveAnswer, started: float) -> Message | None:
         """turn.close() (1 UpdateItem), again every few seconds while DynamoDB refuses, within the pending timeout."""

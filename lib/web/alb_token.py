@@ -37,6 +37,17 @@ _KID = re.compile(r"[A-Za-z0-9-]{1,128}")  # the kid goes into a URL: nothing th
 _MAX_KEY_BYTES = 8192
 
 
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    """The key URL is fixed by the region: a redirect (to another host, or a downgrade to plain HTTP) is refused,
+    never followed, so no other server can hand us the key that tokens are checked against."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        return None  # urllib then raises HTTPError with the 3xx status
+
+
+_FETCH = urllib.request.build_opener(_NoRedirects).open
+
+
 def default_key_url(alb_arn: str) -> str:
     """The region's public-key endpoint; the region is the ARN's fourth field."""
     parts = alb_arn.split(":")
@@ -120,11 +131,11 @@ class AlbVerifier:
         # Fetched outside the lock: a slow key server must not hold up sign-ins whose key is cached.
         url = f"{self.key_url}/{kid}"
         try:
-            with urllib.request.urlopen(url, timeout=self.timeout_s) as response:
+            with _FETCH(url, timeout=self.timeout_s) as response:
                 pem = response.read(_MAX_KEY_BYTES)
         except urllib.error.HTTPError as exc:
             logs.warning("identity.alb_key_refused", status=exc.code)
-            raise _refuse("unknown key") from None
+            raise _refuse("redirect" if 300 <= exc.code < 400 else "unknown key") from None
         except (urllib.error.URLError, OSError) as exc:  # refused, unreachable, or no answer within the timeout
             logs.warning("identity.alb_key_unavailable", error_class=type(exc).__name__)
             raise NotAuthenticated(

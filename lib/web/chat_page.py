@@ -12,6 +12,7 @@ import streamlit as st
 
 from lib import export
 from lib.context.cache import cache_in
+from lib.context.memories import memory_state
 from lib.context.summaries import divider_label
 from lib.errors import ChatError
 from lib.storage.itemsize import ITEM_LIMIT_BYTES
@@ -34,6 +35,7 @@ SCROLL_TO = "scroll_to_turn"  # a turn a link pointed at, scrolled to on the nex
 DRAWN_LIVE = "drawn_live"  # ids of answers drawn live (pending) by an earlier run (see _turn)
 MAX_TURN_PAGES = 25  # pages of 20 turns paged back to find a linked turn
 _TURN_ID = re.compile(r"[0-9A-HJKMNP-TV-Z]{26}")  # a ULID
+UNSENT_REASON = "unsent_reason"  # why the question in the 'not sent' box was refused
 TYPE_AHEAD = "type_ahead"  # set when a question was refused because this chat's answer is still coming
 
 
@@ -57,9 +59,20 @@ class ChatPage(LiveTurns):
         with ui.errors_shown():
             self.view.ensure_sidebar(self.store)
             if wanted != self.view.open_id and wanted != self.view.not_found:
-                self.view.navigate(self.store, wanted, self.hot)
+                self.view.navigate(self.store, wanted, self.chat.counters)
             if "turn" in st.query_params:  # a link to one turn (Search): followed once, also in the open chat
                 self._find_turn(st.query_params.pop("turn"))
+        self._address()
+
+    def _address(self) -> None:
+        """The address bar names the chat on screen, so a reload or a copied link gives it back: sent on every run
+        (one small message; the browser changes nothing when it already matches), so an address that reached the
+        browser late or not at all, behind a run that follows an answer, is put right by the next run."""
+        params = {k: v for k, v in st.query_params.to_dict().items() if k != "session"}
+        shown = self.view.open_id or self.view.not_found
+        if shown:
+            params["session"] = shown
+        st.query_params.from_dict(params)
 
     def _find_turn(self, turn_id: str | None) -> None:
         """A link to one turn (Search's results): page back until it is loaded (at most MAX_TURN_PAGES Queries),
@@ -91,40 +104,7 @@ class ChatPage(LiveTurns):
 
     # --- sidebar and banner -------------------------------------------------------------------------
     def sidebar(self) -> None:
-        view = self.view
-        with st.sidebar:
-            ui.page_links()
-            st.button("New chat", icon=":material/edit_square:", width="stretch", on_click=self.go_to, args=(None,))
-            if not view.sidebar:
-                st.caption("Your chats will be listed here, newest first.")
-            heading = None
-            for row in view.sidebar or []:
-                # Dates are headings ('Today', 'Previous 7 days'...), not part of the row: a long title
-                # cannot push its date out of sight, and the selected row (white on blue) has none to fade.
-                if ui.day_group(row.last_message_time) != heading:
-                    heading = ui.day_group(row.last_message_time)
-                    st.caption(heading)
-                current = row.session_id == view.open_id
-                st.button(
-                    plain_label(row.title),
-                    key=f"open-{row.session_id}",
-                    type="primary" if current else "tertiary",
-                    help=f"Last message {ui.relative_time(row.last_message_time)}",
-                    width="stretch",
-                    on_click=self.go_to,
-                    args=(row.session_id,),
-                )
-            if view.sidebar_cursor and st.button("Load more", icon=":material/expand_more:", width="stretch"):
-                with ui.errors_shown():
-                    view.load_more_sessions(self.store)
-                    st.rerun()
-            st.divider()
-            st.caption(
-                f"Signed in as **{plain_label(self.me.display)}**"
-                + (" · development identity, no SSO" if self.me.mode == "dev" else "")
-            )
-            st.caption(f"Data: {self.svc.database.where}")
-            st.caption(f"Model: {self.model.provider} · {self.model.name}")
+        ui.sidebar(self.svc, self.me, self.view, pick=self.go_to)  # the one every page draws (lib.web.ui)
 
     def banner(self) -> None:
         """One short line (a phone shows it in two at most); the details are in its tooltip and the sidebar."""
@@ -210,9 +190,9 @@ class ChatPage(LiveTurns):
     def turn(self, m: Message) -> None:
         if st.session_state.get(SCROLL_TO) == m.message_id:
             del st.session_state[SCROLL_TO]
-            with st.container(key=f"linked-{m.message_id}", border=True):
+            # Marked (lib.web.ui's style), scrolled to and kept on screen by turn_view.watch_linked_turns.
+            with st.container(key=f"{turn_view.LINKED}{m.message_id}", border=True):
                 self._turn(m)
-            turn_view.scroll_to(f"linked-{m.message_id}")
         else:
             self._turn(m)
         summary = self.view.summary
@@ -265,7 +245,7 @@ class ChatPage(LiveTurns):
             return
         if live is not None:
             m = live.saved  # saved since this run began
-        render_markdown(st, m.output_body)
+        render_markdown(st, m.output_body, cut=m.status != DONE)
         self._under_answer(m)
 
     def _under_answer(self, m: Message) -> None:
@@ -285,7 +265,7 @@ class ChatPage(LiveTurns):
         )
         if st.button("Refresh", key=f"refresh-{m.message_id}"):
             with ui.errors_shown():
-                self.view.navigate(self.store, self.view.open_id, self.hot)
+                self.view.navigate(self.store, self.view.open_id, self.chat.counters)
                 st.rerun()
 
     def follow_live(self) -> None:
@@ -331,11 +311,12 @@ class ChatPage(LiveTurns):
             st.caption(self.notes.get(m.message_id))  # the context loader's sentence: what was summarised or left out
         if m.output_truncated:
             st.caption(f"The answer was cut to fit the {ITEM_LIMIT_BYTES // 1024} KB storage limit.")
-        known = self.cache.memory.get(self.me.user_id)
+        engine, cache, user = self.svc.engine, self.cache, self.me.user_id
         turn_view.model_saw(
             m,
             {t.message_id: t for t in self.view.messages},
-            {x.memory_id: x.text for x in known.memories} if known else {},
+            # The memories' texts: this session's, or (1 Query, kept for the next question) read when opened.
+            lambda: {x.memory_id: x.text for x in memory_state(engine.memories, cache, user).memories},
         )
         with st.container(horizontal=True, vertical_alignment="center", gap="small"):
             value = st.feedback("thumbs", key=f"fb-{m.message_id}", default=m.feedback)
@@ -362,9 +343,11 @@ class ChatPage(LiveTurns):
                     summary=self.view.summary,
                     cache=self.cache,
                 )
-            except ChatError:
-                st.session_state["unsent"] = question  # nothing typed is lost
-                raise
+            except ChatError as exc:  # nothing typed is lost; the composer shows why, also after a rerun
+                st.session_state["unsent"], st.session_state[UNSENT_REASON] = question, str(exc)
+                return
+            if sent.waited:
+                st.toast("Sent once the answer above was saved.", icon=":material/schedule_send:")
             self.view.committed(sent.session, sent.message)
             st.query_params["session"] = sent.session.session_id
             if first:
@@ -413,14 +396,14 @@ class ChatPage(LiveTurns):
             if self.svc.database.local and not self.view.sidebar:
                 st.divider()
                 st.caption(
-                    "A fresh local install. For a demo, fill it with three weeks of chats by five colleagues "
-                    "(you among them); the usage & cost page then has something to show."
+                    "A fresh local install. For a demo, fill it with three weeks of chats: yours and four demo "
+                    "colleagues'; Search and the usage & cost page then have something to show."
                 )
                 if st.button("Load demo history", icon=":material/auto_awesome:"):
                     from lib.turn.demo import seed_demo  # imported on the click: most pages never need it
 
-                    with st.spinner("Writing three weeks of demo chats through the real store…"):
-                        seed_demo(self.svc)
+                    bar = st.progress(0.0, text="Writing demo chats…")
+                    seed_demo(self.svc, user=self.me.user_id, progress=lambda done, text: bar.progress(done, text=text))
                     self.view.sidebar = None  # read the new sidebar on the rerun
                     st.rerun()
 
@@ -434,12 +417,16 @@ class ChatPage(LiveTurns):
         question = st.chat_input("Ask anything…", key=COMPOSER, on_submit=self._refuse_type_ahead) or self.suggested
         if question:
             st.session_state.pop("unsent", None)
+            st.session_state.pop(UNSENT_REASON, None)
             self.ask(question)
         unsent = st.session_state.get("unsent")
         if unsent:
+            if st.session_state.get(UNSENT_REASON):
+                st.error(st.session_state[UNSENT_REASON], icon=":material/error:")
             st.text_area("Your message was not sent. Copy or shorten it, then send it again:", value=unsent, height=150)
             if st.button("Dismiss"):
                 del st.session_state["unsent"]
+                st.session_state.pop(UNSENT_REASON, None)
                 st.rerun()
 
     def _refuse_type_ahead(self) -> None:

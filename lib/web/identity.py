@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, MutableMapping
 
 from lib.config import Settings
-from lib.errors import NotAuthenticated
+from lib.errors import InvalidUserId, NotAuthenticated
+from lib.storage import keys
 from lib.web import alb_token
 
 MAX_USER_ID = 256
@@ -35,11 +36,15 @@ class Identity:
 
 
 def _clean(user_id: object) -> str:
-    text = str(user_id or "").strip()
-    if "@" in text:
-        text = text.lower()  # emails are case-insensitive in practice; opaque subjects are not
-    if not text or len(text) > MAX_USER_ID or any(c in text for c in "#\x00\r\n"):
-        # '#' would let an id reach into another key's prefix (USER#a#SES#...)
+    """The signed-in user's id by the keys' own rule (keys.canonical_user_id: trimmed, an email lower-cased, an
+    opaque subject keeping its case; keys.check_user_id: no '#', which would let an id reach into another key's
+    prefix, no control characters), so every id a sign-in makes is one the store can build keys from."""
+    text = keys.canonical_user_id(str(user_id or ""))
+    try:
+        keys.check_user_id(text)
+    except InvalidUserId:
+        raise NotAuthenticated("The sign-in did not provide a usable user id.") from None
+    if len(text) > MAX_USER_ID:
         raise NotAuthenticated("The sign-in did not provide a usable user id.")
     return text
 

@@ -64,13 +64,16 @@ class LiveTurns:
         self.chat.stop(message_id)
 
     def watch_changes(self) -> None:
-        """With the hot tier, an open chat notices turns sent to it elsewhere (see live_view.watch_changes)."""
-        if self.hot is None or self.view.open_id is None:
+        """An open chat notices turns sent to it from another tab of this process or, with the hot tier, from
+        any replica (its change counter moved: see live_view.watch_changes and lib.turn.changes)."""
+        if self.view.open_id is None:
             return
-        chat, hot, view, store, user = self.chat, self.hot, self.view, self.store, self.me.user_id
+        chat, view, store, user = self.chat, self.view, self.store, self.me.user_id
         open_id = view.open_id
         live_view.watch_changes(
-            lambda: chat.remote_version(user, open_id), lambda: view.version, lambda: view.navigate(store, open_id, hot)
+            lambda: chat.version(user, open_id),
+            lambda: view.version,
+            lambda: view.navigate(store, open_id, chat.counters),
         )
 
     def orphaned(self, m) -> bool:
@@ -88,11 +91,15 @@ class LiveTurns:
         return self.hot is None and self.svc.database.local and m.is_stale(ORPHAN_GRACE_S)
 
     def writing_here(self) -> bool:
-        """True while an answer in the open chat is still coming (here, in another tab, or another process)."""
+        """True while an answer in the open chat is still coming (here, in another tab, or another process). An
+        answer of this process whose last words have arrived is not 'coming': a question sent now waits for
+        its save (ChatService.ask) instead of being refused."""
         for m in self.view.messages:
             if m.status != PENDING:
                 continue
             live = self.chat.live(m.message_id)
+            if live is not None and live.stream_closed_at is not None and live.saved is None and not live.given_up:
+                continue  # saving: moments away
             if live is None and self.hot is not None:
                 live = self.chat.remote(m.message_id)
             if live is not None and live.saved is None and not live.given_up:

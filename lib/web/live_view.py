@@ -20,13 +20,13 @@ from typing import Any, Callable
 
 import streamlit as st
 
-from lib.storage.records import Message
+from lib.storage.records import DONE, Message
 from lib.turn.live import SAVING
 from lib.web.stream_render import PacedRenderer
 
 YIELD_S = 0.1  # how often the following run makes a Streamlit call, where Streamlit can stop it for a click
 POLL_S = 0.25  # how often a following page reads the hot tier's copy (a Redis round trip with the text)
-WATCH_S = 2.0  # how often an open chat asks the hot tier whether it changed elsewhere
+WATCH_S = 2.0  # how often an open chat asks whether it changed elsewhere
 STREAMING_LINE, STOPPING_LINE, SAVING_LINE = "streaming", "stopping", "saving"
 
 
@@ -135,7 +135,7 @@ def _read(f: Followed) -> bool:
         f.ended = live
         f.in_place = saved.output_body.startswith(f.paced.text)  # not if the save cut it to fit the item
         if f.in_place:
-            f.paced.finish(saved.output_body)
+            f.paced.finish(saved.output_body, cut=saved.status != DONE)
         return True
     _status(f, live)
     text = live.text
@@ -145,8 +145,9 @@ def _read(f: Followed) -> bool:
 def watch_changes(
     version: Callable[[], int | None], known: Callable[[], int | None], reload: Callable[[], None]
 ) -> None:
-    """With the hot tier: notice a turn sent to the open chat from elsewhere (its change counter moved) and
-    reload the chat (1 Query). Costs one Redis GET every WATCH_S per open tab, no DynamoDB request.
+    """Notice a turn sent to the open chat from elsewhere (its change counter moved: this process's own, or the
+    hot tier's across replicas) and reload the chat (1 Query). Costs a dictionary read (or, with the hot tier, one
+    Redis GET) every WATCH_S per open tab, no DynamoDB request.
 
     A timed fragment rerun does not interrupt a running script (Streamlit queues it), so a page following a
     live answer checks for changes once the answer is saved. `known` is read when the fragment runs: its

@@ -173,3 +173,41 @@ def split(text: str) -> list[Block]:
     """Every block of a complete text, in order."""
     spans, _ = scan(text, final=True)
     return [block_of(text[a:b]) for a, b in spans if text[a:b].strip()]
+
+
+_MARK_RUN = re.compile(r"`+|\*+|_+")
+_PUNCTUATION = set("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~")
+
+
+def close_emphasis(source: str) -> str:
+    """A Markdown paragraph cut short (an answer still streaming, or stopped) with its open emphasis closed, so
+    '_the first turn of our' shows as italics, not as a stray '_' (CommonMark's flanking rules, simplified; code
+    spans left alone). A mark the cut left at the very end, with nothing after it yet, is dropped."""
+    text = re.sub(r"(^|\s)[*_]+$", r"\1", source.rstrip()).rstrip()
+    stack: list[str] = []
+    in_code: str | None = None
+    for match in _MARK_RUN.finditer(text):
+        run = match.group()
+        if run[0] == "`":  # a code span opens or closes with a run of the same length
+            in_code = None if in_code == run else (in_code or run)
+            continue
+        if in_code:
+            continue
+        before = text[match.start() - 1] if match.start() else " "
+        after = text[match.end()] if match.end() < len(text) else " "
+        left = not after.isspace() and (after not in _PUNCTUATION or before.isspace() or before in _PUNCTUATION)
+        right = not before.isspace() and (before not in _PUNCTUATION or after.isspace() or after in _PUNCTUATION)
+        if run[0] == "_":  # an underscore inside a word (snake_case) neither opens nor closes
+            opens, closes = (
+                left and (not right or before in _PUNCTUATION),
+                right and (not left or after in _PUNCTUATION),
+            )
+        else:
+            opens, closes = left, right
+        if closes and stack and stack[-1][0] == run[0]:
+            stack.pop()
+        elif opens:
+            stack.append(run)
+    if not stack and text == source.rstrip():
+        return source  # nothing open, nothing dropped: as written
+    return text + "".join(reversed(stack))

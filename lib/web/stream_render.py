@@ -15,11 +15,16 @@ import functools
 import time
 from typing import Any, Callable
 
-from lib.web.markdown_blocks import CODE, PLAIN, Block, block_of, scan, split
+from lib.web.markdown_blocks import CODE, MARKDOWN, PLAIN, Block, block_of, close_emphasis, scan, split
 from lib.web.render import safe_markdown
 
 MIN_REDRAW_S, MAX_REDRAW_S = 0.25, 1.0  # at most four redraws a second, at least one
 RATE_FLOOR = 100  # characters a second: a slow model's pace, assumed until the real one is measured
+
+
+def cut_short(block: Block) -> Block:
+    """The last block of a text that stops mid-way (an answer still coming, or stopped): its open emphasis closed."""
+    return Block(MARKDOWN, close_emphasis(block.text)) if block.kind == MARKDOWN else block
 
 
 def draw(target: Any, block: Block) -> None:
@@ -43,18 +48,22 @@ class BlockRenderer:
         self._slot: Any = None  # the placeholder of the open block
         self.open_chars = 0
 
-    def update(self, text: str, done: bool = False) -> None:
+    def update(self, text: str, done: bool = False, *, cut: bool = False) -> None:
+        """`cut` (with `done`): the text stopped mid-way (a stopped or failed answer): its last block is drawn
+        with its open emphasis closed, as it was while streaming."""
         spans, open_at = scan(text, self._offset, final=done)
-        for begin, end in spans:
+        last = next((i for i in range(len(spans) - 1, -1, -1) if text[spans[i][0] : spans[i][1]].strip()), None)
+        for index, (begin, end) in enumerate(spans):
             source = text[begin:end]
             if source.strip():
-                draw(self._take_slot(), block_of(source))
+                block = block_of(source)
+                draw(self._take_slot(), cut_short(block) if cut and done and index == last else block)
                 self._slot = None  # the finished block keeps the open block's place
         self._offset = open_at
         tail = "" if done else text[open_at:]
         self.open_chars = len(tail)
         if tail.strip():
-            draw(self._take_slot(), block_of(tail))
+            draw(self._take_slot(), cut_short(block_of(tail)))  # the open block: still being written
         elif self._slot is not None:
             self._slot.empty()
 
@@ -108,11 +117,12 @@ class PacedRenderer:
         self._redraw_at = now + min(max(self._renderer.open_chars / (2 * rate), MIN_REDRAW_S), MAX_REDRAW_S)
         return True
 
-    def finish(self, text: str | None = None) -> None:
-        """The final draw: the open block as a finished one (`text`, if given, extends what was added)."""
+    def finish(self, text: str | None = None, *, cut: bool = False) -> None:
+        """The final draw: the open block as a finished one (`text`, if given, extends what was added); `cut`: the
+        answer stopped mid-way (see BlockRenderer.update)."""
         if text is not None:
             self._parts, self._length = [text], len(text)
-        self._renderer.update(self.text, done=True)
+        self._renderer.update(self.text, done=True, cut=cut)
 
 
 @functools.lru_cache(maxsize=256)
@@ -120,8 +130,9 @@ def _blocks(text: str) -> tuple[Block, ...]:
     return tuple(split(text))
 
 
-def render_markdown(container: Any, text: str) -> None:
-    """A complete text (a saved answer or a question), the same elements the stream ended with."""
+def render_markdown(container: Any, text: str, *, cut: bool = False) -> None:
+    """A complete text (a saved answer or a question), the same elements the stream ended with. `cut`: the text
+    stops mid-way (a stopped or failed answer): its last block's open emphasis is closed."""
     blocks = _blocks(text) if len(text) <= 100_000 else split(text)  # the cache keeps reruns cheap
-    for block in blocks:
-        draw(container, block)
+    for index, block in enumerate(blocks):
+        draw(container, cut_short(block) if cut and index == len(blocks) - 1 else block)

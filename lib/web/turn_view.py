@@ -5,10 +5,11 @@ grow with the chat."""
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import streamlit as st
 
+from lib.export import typed_markdown
 from lib.storage import keys
 from lib.storage.records import Message
 from lib.web.stream_render import render_markdown
@@ -43,13 +44,14 @@ def _toggle(message_id: str) -> None:
 
 
 def question(m: Message) -> None:
-    """The question as Markdown; a long one shows its start and a 'Show all' button."""
+    """The question as typed (lib.export.typed_markdown: line breaks kept, a pasted traceback, log or code as a
+    code block); a long one shows its start and a 'Show all' button."""
     short = preview(m.input_body)
     if short is None:
-        render_markdown(st, m.input_body)
+        render_markdown(st, typed_markdown(m.input_body))
         return
     expanded = m.message_id in st.session_state.get(_EXPANDED, set())
-    render_markdown(st, m.input_body if expanded else short + " …")
+    render_markdown(st, typed_markdown(m.input_body) if expanded else typed_markdown(short) + "\n\n…")
     hidden = len(m.input_body) - len(short)
     label = "Show less" if expanded else f"Show all ({hidden:,} more characters)"
     st.button(
@@ -65,7 +67,12 @@ def question(m: Message) -> None:
 def copy_control(m: Message) -> None:
     """The answer as Markdown in a code box whose copy icon puts it on the clipboard (drawn only when opened)."""
     box = st.popover(
-        "Copy", icon=":material/content_copy:", type="tertiary", key=f"copy-{m.message_id}", on_change="rerun"
+        "Copy…",  # it opens the box to copy from, it does not copy on its own
+        icon=":material/content_copy:",
+        type="tertiary",
+        key=f"copy-{m.message_id}",
+        on_change="rerun",
+        help="Shows the answer as Markdown; the icon at the box's top right puts it on the clipboard.",
     )
     if box.open:
         box.caption("The answer as Markdown; the icon at the box's top right copies it.")
@@ -112,25 +119,30 @@ _KINDS = {
 }
 
 
-def model_saw(m: Message, turns: dict[str, Message], memories: dict[str, str]) -> None:
+def model_saw(m: Message, turns: dict[str, Message], memories: Callable[[], dict[str, str]]) -> None:
     """'What the model saw': each part of the prompt with its tokens (from the turn item: ids and counts only;
-    a part is described by the loaded turn's question or the memory's text when this page has them).
-    Drawn only while opened, so a closed one costs a rerun nothing."""
+    a part is described by the loaded turn's question or the memory's text). Drawn only while opened, so a closed
+    one costs a rerun nothing; `memories()` (memory id -> text) is asked only then, and only if a memory was used."""
     if not m.context:
         return
     box = st.expander("What the model saw", icon=":material/visibility:", key=f"saw-{m.message_id}", on_change="rerun")
     if not box.open:
         return
+    texts = memories() if any(part.get("kind") == "memory" for part in m.context) else {}
 
     def what(part: dict) -> str:
         ident = part.get("id", "")
         if part.get("kind") in ("turn", "recalled") and ident in turns:
             return _clip(turns[ident].input_body)
-        if part.get("kind") == "memory" and ident in memories:
-            return _clip(memories[ident])
+        if part.get("kind") == "memory":
+            return _clip(texts[ident]) if ident in texts else "(a memory deleted since)"
+        if part.get("kind") in ("turn", "recalled"):
+            return "(an older turn, not loaded on this page)"
         if part.get("kind") == "question":
             return _clip(m.input_body)
-        return ident
+        if part.get("kind") == "system":
+            return "The app's instructions to the model"
+        return ""
 
     total = sum(int(part.get("tokens", 0)) for part in m.context)
     rows = [
@@ -144,8 +156,13 @@ def model_saw(m: Message, turns: dict[str, Message], memories: dict[str, str]) -
     ]
     box.dataframe(rows, hide_index=True, width="stretch")
     used = [part["id"] for part in m.context if part.get("kind") == "memory" and part.get("id")]
+    counted = (
+        f"; the model counted {m.input_token:,} input tokens (its own count, with its formatting)"
+        if m.input_token
+        else ""
+    )
     box.caption(
-        f"{total:,} tokens in all. "
+        f"{total:,} tokens in all, as this app estimates each part{counted}. "
         + (f"Memories used: {len(used)} (see the Memory page)." if used else "No memories were used.")
     )
 
@@ -172,16 +189,103 @@ def summary_divider(summary: Any, label: str, regenerate: Any) -> None:
         )
 
 
-def scroll_to(key: str) -> None:
-    """Scroll the page to the container with this key, once (a zero-height component runs the script in the
-    page's origin). `key` is built from a message id read from the table, never from the URL as given."""
-    import streamlit.components.v1 as components
+LINKED = "linked-"  # the key prefix of the container a link (Search) opened the chat at
 
-    # Again after the page has settled: Streamlit lays out (and the chat keeps itself scrolled to the bottom)
-    # after this script first runs.
-    components.html(
-        "<script>const go = () => { const el = window.parent.document.querySelector("
-        "'.st-key-" + key + "'); if (el) { el.scrollIntoView({block: 'start'}); } };"
-        "[100, 500, 1200].forEach((ms) => setTimeout(go, ms));</script>",
-        height=0,
-    )
+
+# Streamlit keeps a chat page at its bottom while its content grows (the chat input's "stick to the bottom": on every
+# growth it animates the scroll container's scrollTop to the end, until a scroll of someone else's meets a page that
+# did not grow), so a turn scrolled to once was pulled down as the turns after it rendered, and came back seconds
+# later at best. This script watches the page for a linked turn's container (a MutationObserver: it runs before the
+# browser paints what was inserted) and pins it under the header from its first frame; meanwhile the container
+# ignores scrollTop writes (the chat's own scrolling; scrollIntoView and the reader's scrolling are not such writes).
+# Once the page has left the turn in place for a second, it stops the chat's stickiness the way a reader does (its
+# animation cancelled by a wheel, then a scroll on a page that no longer grows) and gives the container back when no
+# write comes any more. A reader's own scroll, touch, click or key ends the pinning at once; a new question sent
+# scrolls to the bottom, which the chat then follows again. It is installed once per browser tab, from the sidebar
+# of every page (so it is there before a Search result's chat draws); a newer Streamlit that scrolls another way
+# would only bring back the old fight (tests/test_browser_firsttime.py shows it). Our own constant script: nothing a
+# user or the model wrote is in it.
+_WATCH = """<script>(() => {
+  if (window.__linkedTurns) return;
+  window.__linkedTurns = true;
+  const native = Object.getOwnPropertyDescriptor(Element.prototype, "scrollTop");
+  const seen = new WeakSet();
+  let pin = null;  // the turn being pinned: {turn, started, pinning, pinned, quiet, wrote, nudged, step, held}
+  const scroller = () => document.querySelector('[data-testid="stAppScrollToBottomContainer"]');
+  const release = () => { if (pin && pin.held) { delete pin.held.scrollTop; pin.held = null; } };
+  const stop = () => { release(); pin = null; };
+  const hold = (box) => {
+    if (pin.held === box) return;
+    release();
+    const state = pin;
+    Object.defineProperty(box, "scrollTop", {
+      configurable: true,
+      get() { return native.get.call(this); },
+      set() { state.wrote = performance.now(); },
+    });
+    pin.held = box;
+  };
+  const place = () => {
+    const box = scroller();
+    if (!pin || !box || !pin.turn.isConnected) return stop();
+    hold(box);
+    const top = pin.turn.getBoundingClientRect().top;
+    if (pin.pinning && (pin.pinned === null || Math.abs(top - pin.pinned) > 3)) {
+      pin.turn.style.scrollMarginTop = "4.5rem";
+      pin.turn.scrollIntoView({block: "start"});
+      pin.pinned = pin.turn.getBoundingClientRect().top;
+      pin.quiet = performance.now();
+    }
+  };
+  const tick = () => {
+    if (!pin) return;
+    place();
+    if (!pin) return;
+    const now = performance.now(), box = pin.held;
+    if (box.scrollHeight - native.get.call(box) - box.clientHeight < 2 && !pin.pinning) return stop();
+    if (now - pin.started > 60000) return stop();
+    if (now - pin.quiet > 1000 && now - pin.nudged > 300) {
+      if (pin.nudged && now - pin.wrote > 600) return stop();  // the chat no longer pulls the page down
+      box.dispatchEvent(new WheelEvent("wheel"));  // ends the chat's scroll animation, as a reader's wheel does
+      box.scrollBy(0, pin.step);  // a scroll on a page that stopped growing: the chat stops sticking to its bottom
+      pin.step = -pin.step;
+      pin.nudged = now;
+    }
+    requestAnimationFrame(tick);
+  };
+  const look = () => {
+    for (const turn of document.querySelectorAll('div[class*="st-key-%(linked)s"]')) {
+      if (seen.has(turn)) continue;
+      seen.add(turn);
+      stop();
+      const now = performance.now();
+      pin = {turn, started: now, pinning: true, pinned: null, quiet: now, wrote: 0, nudged: 0, step: 1, held: null};
+      place();
+      requestAnimationFrame(tick);
+    }
+    if (pin && pin.pinning) place();  // turns drawn above it moved it: back before the browser paints
+  };
+  new MutationObserver(look).observe(document.body, {childList: true, subtree: true});
+  look();
+  const submits = (event) => event.type === "keydown"
+    ? event.key === "Enter" && !event.shiftKey && !!event.target.closest?.('[data-testid="stChatInput"]')
+    : !!event.target.closest?.('[data-testid="stChatInputSubmitButton"]');
+  const reader = (event) => {
+    if (!event.isTrusted || !pin) return;
+    if (submits(event)) {  // a new question: shown at the bottom, which the chat then follows again
+      stop();
+      const box = scroller();
+      return box && box.scrollTo({top: box.scrollHeight});
+    }
+    pin.pinning = false;  // the reader moves on; the page stays where they take it
+  };
+  for (const type of ["wheel", "touchstart", "keydown", "pointerdown"]) {
+    window.addEventListener(type, reader, {capture: true, passive: true});
+  }
+})();</script>""".replace("%(linked)s", LINKED)
+
+
+def watch_linked_turns() -> None:
+    """Install, once per browser tab, the script that shows a linked turn on arrival and keeps it there (see
+    _WATCH). Drawn at the end of the sidebar of every page, where its empty element takes no visible room."""
+    st.html(_WATCH, unsafe_allow_javascript=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import streamlit as st
 
@@ -14,8 +14,9 @@ from lib.errors import ChatError, ConfigError, NotAuthenticated, StoreUnavailabl
 from lib.services import Services, build_services
 from lib.storage import keys
 from lib.turn.worker import Generations
-from lib.web import identity
+from lib.web import identity, turn_view
 from lib.web.chat_view import ChatView
+from lib.web.render import plain_label
 
 
 @st.cache_resource(show_spinner="Starting the chat database…")
@@ -55,6 +56,8 @@ section[data-testid="stSidebar"] div[data-testid="stButton"] button p { white-sp
 /* Suggestions wrap on a phone instead of being cut off; the welcome title fits a phone. */
 .st-key-suggestions button p { white-space: normal; text-align: left; }
 @media (max-width: 640px) { h1 { font-size: 2rem !important; } }
+/* The turn a link (Search) opened the chat at: marked, so the eye finds it on arrival. */
+div[class*="st-key-linked-"] { border: 2px solid #1c83e1 !important; background: rgba(28, 131, 225, 0.06); }
 </style>
 """
 
@@ -69,6 +72,56 @@ def page_links() -> None:
     for path, label, icon in _PAGES:
         if (_ROOT / path).exists():  # a page being built elsewhere is linked once its file is there
             st.page_link(path, label=label, icon=icon)
+
+
+def sidebar(svc: Services, me: identity.Identity, view: ChatView, *, pick: Callable | None = None) -> None:
+    """The sidebar of every page: the pages, New chat, your chats under their day headings (Load more), who is
+    signed in, the data and the model. `pick(session_id or None)` is the chat page's navigation, run as the click's
+    callback; on the other pages a click opens the chat page at that chat (or a new one)."""
+
+    def chosen(label: str, session_id: str | None, **options) -> None:
+        if pick is not None:
+            st.button(label, on_click=pick, args=(session_id,), **options)
+        elif st.button(label, **options):
+            st.switch_page("app.py", query_params={"session": session_id} if session_id else None)
+
+    with st.sidebar:
+        page_links()
+        chosen("New chat", None, icon=":material/edit_square:", width="stretch")
+        with errors_shown():
+            view.ensure_sidebar(svc.store)  # already loaded by any earlier page of this browser session: no request
+        if not view.sidebar:
+            st.caption("Your chats will be listed here, newest first.")
+        heading = None
+        for row in view.sidebar or []:
+            # Dates are headings ('Today', 'Previous 7 days'...), not part of the row: a long title cannot push
+            # its date out of sight, and the selected row (white on blue) has none to fade.
+            if day_group(row.last_message_time) != heading:
+                heading = day_group(row.last_message_time)
+                st.caption(heading)
+            chosen(
+                plain_label(row.title),
+                row.session_id,
+                key=f"open-{row.session_id}",
+                type="primary" if pick is not None and row.session_id == view.open_id else "tertiary",
+                help=f"Last message {relative_time(row.last_message_time)}",
+                width="stretch",
+            )
+        if view.sidebar_cursor and st.button("Load more", icon=":material/expand_more:", width="stretch"):
+            with errors_shown():
+                view.load_more_sessions(svc.store)
+                st.rerun()
+        st.divider()
+        st.caption(
+            f"Signed in as **{plain_label(me.display)}**"
+            + (" · development identity, no SSO" if me.mode == "dev" else "")
+        )
+        st.caption(f"Data: {svc.database.where}")
+        st.caption(f"Model: {svc.model.provider} · {svc.model.name}")
+        health = svc.hot.health() if svc.hot is not None else None
+        if health and me.user_id in svc.settings.admin_ids:  # an operator's concern, said to operators only
+            st.warning(health, icon=":material/sync_problem:")
+        turn_view.watch_linked_turns()
 
 
 _ROOT = Path(__file__).resolve().parents[2]
@@ -119,8 +172,11 @@ def errors_shown() -> Iterator[None]:
 
 
 def relative_time(text: str, now: dt.datetime | None = None) -> str:
-    """'just now', '5 min ago', '3 h ago', 'yesterday', 'Nov 6' or 'Nov 6, 2025'."""
-    moment = keys.parse_time(text)
+    """'just now', '5 min ago', '3 h ago', 'yesterday', 'Nov 6' or 'Nov 6, 2025'; 'at an unknown time' for a stored
+    time that is not a key time (logged: `admin check` and the logs find it, the page still loads)."""
+    moment = keys.time_or_none(text)
+    if moment is None:
+        return "at an unknown time"
     now = now or dt.datetime.now(dt.timezone.utc)
     seconds = (now - moment).total_seconds()
     if seconds < 60:
@@ -138,8 +194,10 @@ def relative_time(text: str, now: dt.datetime | None = None) -> str:
 
 def day_group(text: str, now: dt.datetime | None = None) -> str:
     """The sidebar heading a chat falls under: 'Today', 'Yesterday', 'Previous 7 days', 'Previous 30 days',
-    then the month ('October' this year, 'December 2025' before)."""
-    moment = keys.parse_time(text)
+    then the month ('October' this year, 'December 2025' before); 'Older' for a stored time that is not a key time."""
+    moment = keys.time_or_none(text)
+    if moment is None:
+        return "Older"
     now = now or dt.datetime.now(dt.timezone.utc)
     days = (now.date() - moment.date()).days
     if days <= 0:

@@ -92,15 +92,27 @@ def app_url(tmp_path, request):
 
 
 @pytest.fixture
-def page():
+def browser():
+    """Debian's Chromium, headless, for one test (the browser test modules share this fixture)."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        page = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
         ARTIFACTS.mkdir(exist_ok=True)
-        yield page
+        yield browser
         browser.close()
+
+
+@pytest.fixture
+def page(browser):
+    return browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
+
+
+def prepared(script: str) -> list[str]:
+    """Run a preparation script in its own process (it writes a data folder the app then serves, and prints ids)."""
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=HANG_S)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout.split()
 
 
 def ask(page, app_url, question):
@@ -250,14 +262,7 @@ print(session.session_id, ids[3])
 def test_a_link_to_an_old_turn_opens_the_chat_scrolled_to_it(tmp_path, page):
     """Search's result links (`?session=&turn=`): the turn is paged in, marked, and scrolled to."""
     folder = str(tmp_path / "data")
-    prepared = subprocess.run(
-        [sys.executable, "-c", PREPARE_LONG_CHAT.format(folder=folder)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=HANG_S,
-    )
-    session_id, turn_id = prepared.stdout.split()
+    session_id, turn_id = prepared(PREPARE_LONG_CHAT.format(folder=folder))
     with serve_app(tmp_path) as url:
         page.goto(f"{url}/?session={session_id}&turn={turn_id}")
         page.get_by_text("answer 3", exact=True).wait_for(timeout=HANG_MS)

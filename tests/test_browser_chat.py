@@ -8,7 +8,14 @@ import pytest
 
 from tests.fake_anthropic import Behaviour, FakeAnthropic
 from tests.long_answers import chunks_of, long_answer
-from tests.test_browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, HANG_MS, ask, serve_app
+from tests.test_browser import (
+    ARTIFACTS,
+    CHROMIUM,
+    HANG_MS,
+    ask,
+    browser,  # noqa: F401 (the fixture)
+    serve_app,
+)
 
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (.ci/run installs it)")
 
@@ -36,17 +43,6 @@ def claude_app(tmp_path, fake_model):
         tmp_path, ANTHROPIC_API_KEY="sk-test", CHAT_ANTHROPIC_BASE_URL=fake_model.url, CHAT_MODEL_MAX_RETRIES="0"
     ) as url:
         yield url
-
-
-@pytest.fixture
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        ARTIFACTS.mkdir(exist_ok=True)
-        yield browser
-        browser.close()
 
 
 def new_page(browser, width=1280, height=900):

@@ -1,28 +1,22 @@
 """What a first-time user trips on, in Chromium: a pasted traceback shown as typed, a search result that opens its
 chat at the turn found (and keeps it there), and an address bar that always names the chat on screen."""
 
-import subprocess
-import sys
-
 import pytest
 
 from tests.pastes import TRACEBACK
-from tests.test_browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, HANG_MS, HANG_S, ROOT, serve_app, type_question
+from tests.test_browser import (
+    ARTIFACTS,
+    CHROMIUM,
+    HANG_MS,
+    browser,  # noqa: F401 (the fixture)
+    prepared,
+    serve_app,
+    type_question,
+)
 
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (.ci/run installs it)")
 
 MESSAGES = "[data-testid='stChatMessage']"
-
-
-@pytest.fixture
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        ARTIFACTS.mkdir(exist_ok=True)
-        yield browser
-        browser.close()
 
 
 def new_page(browser, width=1366, height=900):
@@ -117,14 +111,7 @@ def open_result(page, url, query, title):
 
 @pytest.mark.parametrize("width, height", [(1366, 900), (390, 844)])
 def test_a_search_result_opens_its_chat_at_the_turn_found_marked_and_it_stays_there(tmp_path, browser, width, height):
-    prepared = subprocess.run(
-        [sys.executable, "-c", PREPARE_CHATS.format(folder=str(tmp_path / "data"))],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=HANG_S,
-    )
-    long_turn, short_turn = prepared.stdout.split()
+    long_turn, short_turn = prepared(PREPARE_CHATS.format(folder=str(tmp_path / "data")))
     with serve_app(tmp_path) as url:
         page = new_page(browser, width, height)
         for round, (query, title, turn) in enumerate(

@@ -3,8 +3,8 @@
 
 import pytest
 
-from tests.test_browser import CHROMIUM, ask
-from tests.test_browser_chat import answered, app_url, browser, hits, new_page  # noqa: F401 (fixtures)
+from tests.test_browser import CHROMIUM, ask, browser  # noqa: F401 (browser: the fixture)
+from tests.test_browser_chat import answered, app_url, hits, new_page  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (.ci/run installs it)")
 

@@ -343,15 +343,18 @@ class TestOneAnswerAtATime:
         assert [m.status for m in store.open_session(U, first.session.session_id).messages] == [DONE, DONE]
 
 
+@pytest.fixture
+def replicas(client, table, meter, store, redis_server):
+    """Two app processes (each its own worker registry and Redis client) on one table and one Redis."""
+
+    def replica():
+        hot = HotTier.connect(redis_server.url, prefix="chat:test-claims:", ttl_s=300)
+        return service(client, table, meter, store, hot=hot, model=DemoModel(delay_s=0.05))
+
+    return replica(), replica()
+
+
 class TestOneAnswerAcrossReplicas:
-    @pytest.fixture
-    def replicas(self, client, table, meter, store, redis_server):
-        def replica():
-            hot = HotTier.connect(redis_server.url, prefix="chat:test-claims:", ttl_s=300)
-            return service(client, table, meter, store, hot=hot, model=DemoModel(delay_s=0.05))
-
-        return replica(), replica()
-
     def test_another_replica_cannot_start_a_second_answer_in_a_chat_being_answered(self, replicas, store):
         a, b = replicas
         first = a.ask(U, None, "a long answer please", history=[], summary=None, cache=ContextCache())
@@ -376,6 +379,29 @@ class TestOneAnswerAcrossReplicas:
         for chat, sent in zip((a, b), sents):
             chat.stop(sent.message.message_id)
             done(chat, sent)
+
+    def test_the_chat_is_free_for_other_replicas_once_its_answer_is_saved_not_after_the_post_save_work(
+        self, replicas, store
+    ):
+        a, b = replicas
+        a.model._delay = 0
+        working, release = threading.Event(), threading.Event()
+
+        def slow_summary(*args, **kwargs):  # the post-save work takes its time (a summary model call)
+            working.set()
+            release.wait(300)
+
+        a.engine.summarize_after_save = slow_summary
+        try:
+            first = a.ask(U, None, "hello", history=[], summary=None, cache=ContextCache())
+            assert working.wait(300) and first.live.saved is not None
+            view = store.open_session(U, first.session.session_id)
+            b.model._delay = 0
+            later = b.ask(U, view.session, "right away", history=view.messages, summary=None, cache=ContextCache())
+        finally:
+            release.set()
+        done(a, first)
+        done(b, later)
 
 
 class TestAnAnswerThatEndsEarlyIsStillCounted:

@@ -232,6 +232,8 @@ class Generations:
                 if self.hot is not None:  # before the tabs of this process see it: they adopt hot_version
                     live.hot_version = self.hot.saved(live, saved)
                 live.finish(saved)
+                # The chat is free for other replicas once its answer is saved, not after the post-save work.
+                self._release(live.message_id)
                 if after_save is not None:
                     quietly("after_save", lambda: after_save(saved, live))
         finally:
@@ -240,9 +242,14 @@ class Generations:
                 self._ended[live.message_id] = time.monotonic()
                 self._threads.pop(live.message_id, None)
                 self._turns.pop(live.message_id, None)
-                claim = self._claims.pop(live.message_id, None)
-            if claim is not None and self.hot is not None:
-                self.hot.release(claim)
+            self._release(live.message_id)
+
+    def _release(self, message_id: str) -> None:
+        """Give back the answer's hot-tier claim (once; a no-op without one)."""
+        with self._lock:
+            claim = self._claims.pop(message_id, None)
+        if claim is not None and self.hot is not None:
+            self.hot.release(claim)
 
     def _stream(self, turn: Turn, live: LiveAnswer) -> None:
         """Iterate the model stream into the live buffer until it ends, fails, or is stopped."""

@@ -71,7 +71,7 @@ class TestATurn:
         assert requests.names == [] and store.list_sessions(U).items == []
 
     def test_a_question_over_the_cap_commits_nothing(self, client, table, meter, store):
-        slow = service(client, table, meter, store, model=DemoModel(delay_s=0.05))
+        slow = service(client, table, meter, store, model=DemoModel(delay_s=0.5))
         sents = [slow.ask(U, None, f"question {i}", history=[], summary=None, cache=ContextCache()) for i in range(2)]
         with pytest.raises(GenerationLimit):
             slow.ask(U, None, "one too many", history=[], summary=None, cache=ContextCache())
@@ -247,7 +247,8 @@ class TestOneAnswerAtATime:
     question is committed, whichever tab (thread) or replica asks."""
 
     def slow(self, client, table, meter, store, **kw):
-        return service(client, table, meter, store, model=DemoModel(delay_s=0.05), **kw)
+        # Half a second a chunk: an answer outlasts any step of a test on a loaded machine (each is stopped).
+        return service(client, table, meter, store, model=DemoModel(delay_s=0.5), **kw)
 
     def finish_all(self, chat, sents):
         for sent in sents:
@@ -321,6 +322,7 @@ class TestOneAnswerAtATime:
 
     def test_a_question_sent_between_the_last_words_and_the_save_waits_for_the_save(self, client, table, meter, store):
         chat = service(client, table, meter, store)
+        chat.generations.settle_s = 300  # a bound on a hang only: the save lands when the gate opens
         gate, saving = threading.Event(), threading.Event()
 
         def hold_the_save(model, **_):  # the worker's finish waits here: its stream has ended, not its save
@@ -349,7 +351,7 @@ def replicas(client, table, meter, store, redis_server):
 
     def replica():
         hot = HotTier.connect(redis_server.url, prefix="chat:test-claims:", ttl_s=300)
-        return service(client, table, meter, store, hot=hot, model=DemoModel(delay_s=0.05))
+        return service(client, table, meter, store, hot=hot, model=DemoModel(delay_s=0.5))
 
     return replica(), replica()
 

@@ -66,11 +66,13 @@ class Generations:
         unwatched_stop_s: float = 0.0,
         save_deadline_s: float = 300.0,
         save_retry_s: float = SAVE_RETRY_S,
+        settle_s: float = SETTLE_S,
         hot=None,
     ):
         self.per_user, self.per_process = per_user, per_process
         self.unwatched_stop_s = unwatched_stop_s
         self.save_deadline_s, self.save_retry_s = save_deadline_s, save_retry_s
+        self.settle_s = settle_s
         self.hot = hot  # lib.hot.HotTier or None: live text and status mirrored for other replicas
         self._lock = threading.Lock()
         self._live: dict[str, LiveAnswer] = {}
@@ -106,7 +108,7 @@ class Generations:
 
     @contextlib.contextmanager
     def admitted(
-        self, user_id: str, session_id: str | None = None, *, message_id: str | None = None, settle_s: float = SETTLE_S
+        self, user_id: str, session_id: str | None = None, *, message_id: str | None = None
     ) -> Iterator[Admission]:
         """Reserve a place for one more answer before the question is committed, and hold it until `start`
         registers the answer (or the block raises: nothing was committed, the place is free again).
@@ -118,11 +120,11 @@ class Generations:
         ten tabs sending at once cannot pass a cap together.
 
         A question sent in the moment between an answer's last words and its save is not refused: it waits
-        (at most `settle_s`) for that save, then goes on, and `Admission.waited` says so."""
+        (at most `self.settle_s`) for that save, then goes on, and `Admission.waited` says so."""
         admission = Admission(user_id, session_id, message_id)
         streamed = self._writing(user_id, session_id, message_id)
         if streamed is not None and streamed.stream_closed_at is not None and streamed.saved is None:
-            admission.waited = streamed.wait_ended(settle_s)
+            admission.waited = streamed.wait_ended(self.settle_s)
         with self._lock:
             self._check(user_id, session_id, message_id)
             self._reserved.append(admission)

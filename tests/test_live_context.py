@@ -33,7 +33,7 @@ class TestContextOnThePage:
             if m.input_body == "What language do I like?"
         ]
         kinds = [part["kind"] for part in message.context]
-        assert kinds[0] == "system" and kinds[-1] == "question" and "turn" in kinds
+        assert kinds[0] == "system" and kinds[-1] == "question" and "turns" in kinds
         saw = [e for e in at.expander if e.label == "What the model saw"][-1]
         saw.proto.expanded = True
         at.session_state[f"saw-{message.message_id}"] = True
@@ -43,7 +43,7 @@ class TestContextOnThePage:
             {
                 "system": "Instructions",
                 "memory": "Memory",
-                "turn": "Recent turn",
+                "turns": "Recent turns",
                 "question": "Your question",
                 "summary": "Summary of earlier turns",
                 "recalled": "Recalled older turn",
@@ -52,7 +52,8 @@ class TestContextOnThePage:
         ]
         assert list(table["Tokens"]) == [part["tokens"] for part in message.context]
         what = dict(zip(kinds, table["What"]))
-        assert what["turn"] == "My name is Ada and I prefer Python." and what["question"] == "What language do I like?"
+        assert what["turns"] == "The newest turn before this question, word for word"
+        assert what["question"] == "What language do I like?"
 
     def test_memories_are_extracted_by_the_worker_after_the_save(self):
         at = send(new_browser(), "My name is Ada and I prefer Python.")

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from lib.storage import items, keys
+from lib.storage import items, keys, seen
 from lib.storage.capacity import Meter
 from lib.storage.gateway import Gateway, storable_text, to_item
 from lib.storage.itemsize import item_size
@@ -38,7 +38,7 @@ def turn_item(user_id: str, message: Message) -> tuple[dict, Message]:
         "response_end_time": message.response_end_time,
         "model": message.model,
         "error": message.error if message.status != DONE else None,
-        "context": list(message.context) or None,
+        "context": seen.encode(seen.compact(message.context)) or None,
         "tokens_estimated": True if getattr(message, "tokens_estimated", False) else None,
     }
     fields = {k: storable_text(v) if isinstance(v, str) else v for k, v in fields.items() if v is not None}

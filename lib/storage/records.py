@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import datetime as _dt
 from dataclasses import dataclass, field
-from decimal import Decimal as _Decimal
 from typing import Any
 
-from lib.storage import keys
+from lib.storage import keys, seen
 
 PENDING, DONE, FAILED = "pending", "done", "failed"
 # Why a turn never got its answer when the process writing it stopped: what the chat page shows under a stale
@@ -77,7 +76,7 @@ class Message:
     attempt_time: str | None = None  # when Retry last restarted the turn
     tokens_estimated: bool = False  # an answer that ended early: its token counts are estimates (Reply.usage_so_far)
     size: int = field(default=0, compare=False)  # the stored item's size in bytes
-    context: tuple[dict, ...] = ()  # what the model saw: {kind, tokens, id?, excerpt?} per part, ids and counts only
+    context: tuple[dict, ...] = ()  # what the model saw, ids and counts only (lib/storage/seen.py: its parts)
 
     @classmethod
     def from_item(cls, item: dict[str, Any], size: int = 0) -> Message:
@@ -103,10 +102,7 @@ class Message:
             attempt_time=item.get("attempt_time"),
             tokens_estimated=bool(item.get("tokens_estimated", False)),
             size=size,
-            context=tuple(
-                {k: int(v) if isinstance(v, _Decimal) else v for k, v in part.items()}
-                for part in item.get("context", ())
-            ),
+            context=seen.decode(item.get("context")),
         )
 
     def is_stale(self, timeout_s: float, at: _dt.datetime | None = None) -> bool:

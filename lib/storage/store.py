@@ -29,7 +29,7 @@ from lib.errors import (
     SessionNotFound,
     StoreUnavailable,
 )
-from lib.storage import items, keys, partitions
+from lib.storage import items, keys, partitions, seen
 from lib.storage.capacity import Meter
 from lib.storage.cursor import CursorCodec
 from lib.storage.gateway import (
@@ -346,6 +346,8 @@ class ChatStore:
         started_before: str | None = None,
         **fields: Any,
     ) -> Message:
+        if fields.get("context") is not None:  # the bounded string form (lib/storage/seen.py)
+            fields["context"] = seen.encode(seen.compact(fields["context"])) or None
         fields = {k: storable_text(v) if isinstance(v, str) else v for k, v in fields.items() if v is not None}
         output_body, truncated = items.fit_answer(user_id, message, storable_text(output_body), fields)
         values = {"output_body": output_body, "output_truncated": truncated, **fields}

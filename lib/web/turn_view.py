@@ -10,7 +10,7 @@ from typing import Any, Callable, Sequence
 import streamlit as st
 
 from lib.export import typed_markdown
-from lib.storage import keys
+from lib.storage import keys, seen
 from lib.storage.records import Message
 from lib.web.stream_render import render_markdown
 
@@ -115,7 +115,9 @@ _KINDS = {
     "summary": "Summary of earlier turns",
     "recalled": "Recalled older turn",
     "turn": "Recent turn",
+    "turns": "Recent turns",
     "question": "Your question",
+    seen.UNREADABLE: "Unreadable record",
 }
 
 
@@ -128,20 +130,31 @@ def model_saw(m: Message, turns: dict[str, Message], memories: Callable[[], dict
     box = st.expander("What the model saw", icon=":material/visibility:", key=f"saw-{m.message_id}", on_change="rerun")
     if not box.open:
         return
-    texts = memories() if any(part.get("kind") == "memory" for part in m.context) else {}
+    texts = memories() if any(part.get("kind") == "memory" and part.get("id") for part in m.context) else {}
 
     def what(part: dict) -> str:
-        ident = part.get("id", "")
-        if part.get("kind") in ("turn", "recalled") and ident in turns:
+        ident, kind = part.get("id", ""), part.get("kind")
+        if kind == "turns":
+            count = int(part.get("count", 0))
+            first = turns.get(part.get("first", ""))
+            start = f", from “{_clip(first.input_body, 48)}”" if first is not None and count > 1 else ""
+            newest = "The newest turn" if count == 1 else f"The newest {count:,} turns"
+            return f"{newest} before this question, word for word{start}"
+        if kind in ("memory", "recalled") and "count" in part:
+            count = int(part["count"])
+            return f"{count:,} more {'memories' if kind == 'memory' else 'recalled turns'} (not listed one by one)"
+        if kind in ("turn", "recalled") and ident in turns:
             return _clip(turns[ident].input_body)
-        if part.get("kind") == "memory":
+        if kind == "memory":
             return _clip(texts[ident]) if ident in texts else "(a memory deleted since)"
-        if part.get("kind") in ("turn", "recalled"):
+        if kind in ("turn", "recalled"):
             return "(an older turn, not loaded on this page)"
-        if part.get("kind") == "question":
+        if kind == "question":
             return _clip(m.input_body)
-        if part.get("kind") == "system":
+        if kind == "system":
             return "The app's instructions to the model"
+        if kind == seen.UNREADABLE:
+            return "This turn's record of its prompt is damaged and could not be read"
         return ""
 
     total = sum(int(part.get("tokens", 0)) for part in m.context)
@@ -155,7 +168,7 @@ def model_saw(m: Message, turns: dict[str, Message], memories: Callable[[], dict
         for part in m.context
     ]
     box.dataframe(rows, hide_index=True, width="stretch")
-    used = [part["id"] for part in m.context if part.get("kind") == "memory" and part.get("id")]
+    used = sum(int(part.get("count", 1)) for part in m.context if part.get("kind") == "memory")
     counted = (
         f"; the model counted {m.input_token:,} input tokens (its own count, with its formatting)"
         if m.input_token
@@ -163,7 +176,7 @@ def model_saw(m: Message, turns: dict[str, Message], memories: Callable[[], dict
     )
     box.caption(
         f"{total:,} tokens in all, as this app estimates each part{counted}. "
-        + (f"Memories used: {len(used)} (see the Memory page)." if used else "No memories were used.")
+        + (f"Memories used: {used} (see the Memory page)." if used else "No memories were used.")
     )
 
 

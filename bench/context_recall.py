@@ -75,17 +75,28 @@ class _NoRecall:
         return []
 
 
+def indexed_engine(client, store, meter, s) -> ContextEngine:
+    """The engine as the app builds it by default: the local embedder, vectors in the same table."""
+    from lib.search.embedders import LocalEmbedder
+    from lib.search.indexer import Indexer
+    from lib.storage.gateway import Gateway
+
+    LocalEmbedder._load()
+    indexer = Indexer(Gateway(client, store._table, meter), LocalEmbedder())
+    return ContextEngine(client, store._table, meter, DemoModel(delay_s=0), s, indexer=indexer)
+
+
 def main() -> None:
     corpus = build()
     store, meter, client = fresh_store()
     s = settings()
-    engine = ContextEngine(client, store._table, meter, DemoModel(delay_s=0), s)
+    engine = indexed_engine(client, store, meter, s)
     with tempfile.TemporaryDirectory() as folder:
         path = os.path.join(folder, "corpus.json")
         Path(path).write_text(json.dumps(corpus.chats, ensure_ascii=False), encoding="utf-8")
         started = time.perf_counter()
         _, chats = load_file(path)
-        result = import_chats(store, engine, USER, chats)
+        result = import_chats(store, engine, USER, chats, indexer=engine.indexer)
         import_s = time.perf_counter() - started
     main_id = result.session_ids[0]
     ids = [m.message_id for sid in result.session_ids for m in store.all_messages(USER, sid)]

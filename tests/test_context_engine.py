@@ -20,7 +20,22 @@ def engine(client, table, meter):
     return ContextEngine(client, table, meter, DemoModel(delay_s=0), settings())
 
 
-def long_chat(store, n):
+@pytest.fixture
+def indexed(client, table, meter):
+    """An engine over a table whose turns have vectors (the local embedder): semantic recall finds old turns."""
+    from lib.search.embedders import LocalEmbedder
+    from lib.search.indexer import Indexer
+    from lib.storage.gateway import Gateway
+
+    LocalEmbedder._load()
+    indexer = Indexer(Gateway(client, table, meter), LocalEmbedder())
+    return ContextEngine(client, table, meter, DemoModel(delay_s=0), settings(), indexer=indexer)
+
+
+def long_chat(store, n, engine=None):
+    """n answered turns, the third about port 5433; each indexed when `engine` has an indexer."""
+    from lib.search.indexer import index_turn_after_save
+
     session, turns = None, []
     for i in range(n):
         q = "Our staging database listens on port 5433." if i == 2 else f"Question {i} about the weather in May."
@@ -39,11 +54,13 @@ def long_chat(store, n):
                 response_end_time=m.create_time,
             )
         )
+        if engine is not None:
+            index_turn_after_save(engine.indexer, U, session.title, turns[-1])
     return session, turns
 
 
 class TestRequestBudget:
-    def test_a_long_chat_costs_at_most_2_requests_once_then_none(self, engine, store, requests):
+    def test_without_the_vector_index_recall_reads_nothing_beyond_the_loaded_page(self, engine, store, requests):
         session, _ = long_chat(store, 45)
         view = store.open_session(U, session.session_id)
         cache = ContextCache()
@@ -59,21 +76,56 @@ class TestRequestBudget:
             budget=2000,
             earlier_turns=45,
         )
-        assert requests.names == ["Query", "Query"]  # memories, then the 25 older turns (one 1 MB page)
+        assert requests.names == ["Query"]  # memories, once per browser session; never the chat's history
+        assert "5433" not in context.prompt.system  # turn 3 is beyond the loaded page and no index finds it
+        assert "not sent (not loaded or recalled)" in context.note
+
+    def test_with_the_index_a_long_chat_costs_one_search_and_one_read_of_the_hits(self, indexed, store, requests):
+        engine = indexed
+        session, _ = long_chat(store, 45, engine)
+        view = store.open_session(U, session.session_id)
+        cache = ContextCache()
+
+        def ask(question):
+            requests.reset()
+            context = engine.context(
+                cache,
+                U,
+                view.session,
+                question,
+                view.messages,
+                summary=view.summary,
+                system_prompt_id="default-v1",
+                budget=2000,
+                earlier_turns=45,
+            )
+            return context, requests.names[:]
+
+        context, names = ask("which port does the staging database use?")
+        assert names == ["Query", "SearchVectors", "BatchGetItem"]  # memories once; the index; its best hits
         assert "5433" in context.prompt.system  # recalled from beyond the loaded page
+        (read,) = [params for name, params in requests.calls if name == "BatchGetItem"]
+        asked = next(iter(read["RequestItems"].values()))["Keys"]
+        assert 0 < len(asked) <= 2 * engine.settings.recall_turns  # the hits, not the chat
+        context, names = ask("the staging database port again?")
+        assert names == ["SearchVectors"]  # the hits this session read are held: no second read
+        assert "5433" in context.prompt.system
+
+    def test_a_new_chats_first_question_and_a_chat_that_fits_search_nothing(self, indexed, store, requests):
+        engine = indexed
+        cache = ContextCache()
+        cache.memory[U] = MemoryState([], True)
+        session, _ = store.create_session(U, "hello there", system_prompt_id="default-v1")
         requests.reset()
-        engine.context(
-            cache,
-            U,
-            view.session,
-            "and the weather?",
-            view.messages,
-            summary=view.summary,
-            system_prompt_id="default-v1",
-            budget=2000,
-            earlier_turns=45,
+        engine.context(cache, U, session, "hello there", [], summary=None, system_prompt_id="default-v1", budget=2000)
+        assert requests.names == []  # nothing earlier: no SearchVectors
+        session, _ = long_chat(store, 5, engine)
+        view = store.open_session(U, session.session_id)
+        requests.reset()
+        context = engine.context(
+            cache, U, view.session, "port?", view.messages, summary=None, system_prompt_id="default-v1", budget=2000
         )
-        assert requests.names == []
+        assert requests.names == [] and context.turns_included == 5  # all loaded, all fit: sent word for word
 
     def test_a_chat_that_fits_the_loaded_page_reads_no_older_turns(self, engine, store, requests):
         session, _ = long_chat(store, 5)
@@ -96,8 +148,9 @@ class TestRequestBudget:
 
 
 class TestTurn:
-    def test_begin_turn_with_the_engine_sends_the_loaders_prompt_after_one_transaction(self, engine, store, requests):
-        session, _ = long_chat(store, 25)
+    def test_begin_turn_with_the_engine_sends_the_loaders_prompt_after_one_transaction(self, indexed, store, requests):
+        engine = indexed
+        session, _ = long_chat(store, 25, engine)
         view = store.open_session(U, session.session_id)
         cache = ContextCache()
         requests.reset()
@@ -114,17 +167,19 @@ class TestTurn:
             cache=cache,
             summary=view.summary,
         )
-        assert requests.names[0] == "TransactWriteItems" and len(requests.names) <= 3
+        # the question first, then memories (once per browser session), the index and its best hits
+        assert requests.names == ["TransactWriteItems", "Query", "SearchVectors", "BatchGetItem"]
         assert turn.context.tokens <= 1500 and "5433" in turn.context.prompt.system
         assert turn.context.note.startswith("The model saw the newest")
         "".join(turn)
         saved = turn.close()
         assert saved.status == "done"
 
-    def test_a_retry_sees_only_the_turns_before_it(self, engine, store):
+    def test_a_retry_sees_only_the_turns_before_it(self, indexed, store):
         from lib.turn.turns import retry_turn
 
-        session, turns = long_chat(store, 24)
+        engine = indexed
+        session, turns = long_chat(store, 24, engine)
         session, pending = store.send_message(U, session, "which port does staging use?", system_prompt_id="p")
         failed = store.fail_message(U, pending, output_body="", error="overloaded")
         session, later = store.send_message(U, session, "Later: staging moved to port 7000.", system_prompt_id="p")

@@ -3,9 +3,10 @@
 Owned by the page's thread: a worker thread never gets this object, only a private copy of the memories
 (lib.turn.chat.Handoff), and the page applies what the worker added with `learn_memories`.
 
-Turn pools per chat (older turns read once, at most 2 Queries) and the user's memories
-(read once, 1 Query, then kept current by this session's own extractions and edits).
-Bounded: a few chats, so a long browser session does not grow without limit. A
+Turn pools per chat (the turns the page loaded and the recall hits read by id; nothing read for them)
+and the user's memories (read once, 1 Query, then kept current by this session's own extractions and
+edits). Bounded: a few chats of at most MAX_POOL_TURNS turns each, so a long browser session does not
+grow without limit. A
 memory added or edited in another tab shows here after a reload (a new browser session).
 """
 
@@ -18,7 +19,7 @@ from typing import MutableMapping
 from lib.context.recall import TurnPool
 from lib.storage.records import Memory
 
-MAX_POOLS = 4  # chats per browser session; each holds at most 2 MB of older turns
+MAX_POOLS = 4  # chats per browser session; each holds at most lib.context.recall.MAX_POOL_TURNS turns
 
 
 @dataclass

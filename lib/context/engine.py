@@ -1,13 +1,13 @@
 """The context engine's one entry point for pages and commands: the loader with its inputs, and the work
 to run after a turn is saved. No Streamlit here; the page keeps a ContextCache in its session state.
 
-Requests per question (the budget: at most 2 beyond what the page loaded, 0 when the chat fits):
+Requests per question (the budget: at most 2 beyond what the page loaded, the same at turn 300 as at turn 3):
     memories + off switch   1 Query, once per browser session (then kept current by this session)
-    older turns (recall)    at most 2 Queries of 1 MB, once per chat and browser session, and only when the
-                            chat has more turns than the page loaded; fewer when the memory Query was due
-    semantic recall         1 SearchVectors when the table has the vector index (billed in bytes, not units)
-After the answer is saved (never before the first token): a summary, when due (1 PutItem, conditional),
-and 1 conditional PutItem per new memory.
+    semantic recall         1 SearchVectors when the table has the vector index (billed in bytes, not units),
+                            none for the first question of a chat or while every earlier turn is loaded and fits
+    recalled older turns    at most 1 BatchGetItem of the best hits the session does not hold (k turns at most)
+Recall never Queries the chat's history. After the answer is saved (never before the first token): a summary,
+when due (1 PutItem, conditional), and 1 conditional PutItem per new memory.
 """
 
 from __future__ import annotations
@@ -23,9 +23,7 @@ from lib.context.summaries import Summarizer, SummaryOutcome, regenerate_summary
 from lib.model.prompts import system_prompt
 from lib.storage.memories import MemoryStore
 from lib.storage.records import Message, Session, Summary
-from lib.storage.summaries import OLDER_PAGES, SummaryStore
-
-ALL_PAGES_LOADED = 0
+from lib.storage.summaries import SummaryStore
 
 
 class ContextEngine:
@@ -65,7 +63,8 @@ class ContextEngine:
         lib/context/semantic_recall.py) when the table has the vector index and an embedder is configured."""
         from lib.context.semantic_recall import fused_recall
 
-        return fused_recall(cache, self.indexer) if self.indexer is not None else KeywordRecall(cache)
+        indexer = self.indexer
+        return fused_recall(cache, indexer, self.summaries.turns_by_id) if indexer is not None else KeywordRecall(cache)
 
     def context(
         self,
@@ -86,26 +85,14 @@ class ContextEngine:
 
         `earlier_turns`: how many turns precede the question (default: the session's count less the question
         just committed); `before`: a Retry's message id, so no later turn is recalled."""
-        spent = 0
         memories: list = []
         if user_id:
-            fresh = user_id not in cache.memory
             state = memory_state(self.memories, cache, user_id)
-            spent += int(fresh)
             memories = state.memories if state.enabled else []
         if earlier_turns is None:
             earlier_turns = max(session.message_count - 1, 0) if session else 0
         if session is not None:
-            pool = cache.pool(user_id, session.session_id)
-            pages = OLDER_PAGES - spent
-            pool.fill(
-                self.summaries if pages > 0 else None,
-                user_id,
-                session.session_id,
-                earlier_turns,
-                list(history),
-                pages=pages,
-            )
+            cache.pool(user_id, session.session_id).add(list(history))
         loader = SessionContextLoader(recall or self.recall(cache), recall_turns=self.settings.recall_turns)
         return loader.load(
             user_id=user_id,

@@ -137,11 +137,19 @@ class SessionContextLoader:
             summary_block, summary_cut = _summary_block(summary, min(left, int(budget * SUMMARY_SHARE)) - 1)
             left -= tokens.count(summary_block) + 1 if summary_block else 0
 
-        candidates = [
-            c
-            for c in self._recalled(user_id, session_id, question, frozenset(m.message_id for m in verbatim))
-            if before is None or c.message_id < before
-        ]  # a Retry sees only what preceded its turn
+        # Nothing to recall (no request made) for a chat's first question, or when every earlier turn is loaded
+        # and all of them fit: they are sent word for word below.
+        sent = {m.message_id for m in verbatim}
+        fits = earlier <= len(history) and sum(cost(m) for m in turns if m.message_id not in sent) <= left
+        candidates = (
+            []
+            if earlier == 0 or fits
+            else [
+                c
+                for c in self._recalled(user_id, session_id, question, frozenset(sent))
+                if before is None or c.message_id < before
+            ]
+        )  # a Retry sees only what preceded its turn
         recalled: list[tuple[Message, str, bool]] = []
 
         def take_recalled(room: int, limit: int, skip: set[str]) -> int:

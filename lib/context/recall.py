@@ -1,11 +1,11 @@
 """Recall of older turns: the turns most relevant to a question, from what was already read.
 
-`Recall` is the interface; `KeywordRecall` scores turns by BM25 over keyword terms
-(words, and character bigrams for CJK text). Semantic recall (SearchVectors
-over VEC#<session>#<message> items) implements the same protocol and can be fused with
-it. KeywordRecall costs no full read: it scores the turns the page loaded plus the older
-turns a `TurnPool` read once per browser session and chat (at most OLDER_PAGES Queries
-of 1 MB, none when the whole chat was loaded); the pool is then extended with each new turn.
+`Recall` is the interface; `KeywordRecall` scores turns by BM25 over keyword terms (words, and
+character bigrams for CJK text) among the turns this browser session knows: the pages the chat page
+loaded, and the older turns semantic recall fetched (lib/context/semantic_recall.py). It reads
+nothing itself: recall never Queries a chat's history, so a question costs the same at turn 300 as
+at turn 3. Older turns nobody loaded are found through the vector index (1 SearchVectors) or, without
+one, are covered by the running summary.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from typing import Protocol
 
 from lib import tokens
 from lib.storage.records import DONE, Message
-from lib.storage.summaries import SummaryStore
 
 
 @dataclass(frozen=True)
@@ -39,21 +38,28 @@ def answered(turn: Message) -> bool:
     return turn.status == DONE and bool(turn.output_body)
 
 
+MAX_POOL_TURNS = 256  # turns a pool keeps; past it the least recently seen go (memory flat in the chat's length)
+
+
 @dataclass
 class TurnPool:
-    """The turns of one chat this browser session knows, by id; `complete` once the oldest is among them."""
+    """The turns of one chat this browser session knows, by id (loaded pages and fetched recall hits), at most
+    MAX_POOL_TURNS: a long session in a long chat keeps the turns it last saw, not every turn it ever read."""
 
     turns: dict[str, Message] = field(default_factory=dict)
-    complete: bool = False
-    requests: int = 0  # DynamoDB requests this pool has spent (the budget: at most 2 per chat)
     _terms: dict[str, Counter] = field(default_factory=dict, repr=False)
+    limit: int = MAX_POOL_TURNS
 
     def add(self, turns: list[Message]) -> None:
         for turn in turns:
-            old = self.turns.get(turn.message_id)
+            old = self.turns.pop(turn.message_id, None)
+            self.turns[turn.message_id] = turn  # (re)inserted last: the most recently seen
             if old != turn:
-                self.turns[turn.message_id] = turn
                 self._terms.pop(turn.message_id, None)
+        while len(self.turns) > self.limit:
+            gone = next(iter(self.turns))
+            del self.turns[gone]
+            self._terms.pop(gone, None)
 
     def ordered(self) -> list[Message]:
         return [self.turns[i] for i in sorted(self.turns)]  # ULIDs sort in creation order
@@ -64,29 +70,6 @@ class TurnPool:
             found = Counter(tokens.terms(turn.input_body) * 2 + tokens.terms(turn.output_body))
             self._terms[turn.message_id] = found
         return found
-
-    def fill(
-        self,
-        store: SummaryStore | None,
-        user_id: str,
-        session_id: str,
-        earlier_turns: int,
-        loaded: list[Message],
-        *,
-        pages: int = 2,
-    ) -> None:
-        """Know `loaded` and, once per pool, the older turns (at most `pages` Queries); 0 requests if all are
-        loaded."""
-        self.add(loaded)
-        if self.complete or len(self.turns) >= earlier_turns:
-            self.complete = True
-            return
-        if store is None or not self.turns or self.requests:
-            return
-        older, reached, spent = store.turns_before(user_id, session_id, min(self.turns), pages=pages)
-        self.requests += spent
-        self.add(older)
-        self.complete = reached
 
 
 class KeywordRecall:

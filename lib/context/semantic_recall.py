@@ -1,30 +1,32 @@
 """Semantic recall (SearchVectors over the chat's VEC# items) fused with keyword recall by reciprocal rank fusion.
 
-Both return turns of the one chat the question is in; semantic recall finds them among the
-user's nearest turn vectors (1 SearchVectors request per question, TopK up to 100, the user
-id from the signed-in identity) and keeps the ones of this chat that the browser session's
-turn pool holds (lib/context/recall.py: the turns the page loaded and up to 2 older pages),
-so it adds no item read. Neither path may delay the first token: the local model's weights
-load in the background on first use, and until they are in, recall is keyword only.
+Both return turns of the one chat the question is in. Semantic recall finds them among the user's
+nearest turn vectors (1 SearchVectors request per question, TopK up to 100, the user id from the
+signed-in identity); the best hits of this chat that the browser session does not hold yet are read
+in 1 BatchGetItem (at most k turns, eventually consistent) and join its turn pool, so keyword recall
+knows them too from then on. Neither path may delay the first token: the local model's weights load in
+the background on first use, and until they are in, recall is keyword only.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from lib import logs
 from lib.context.recall import KeywordRecall, PoolSource, Recall, RecalledTurn, answered
 from lib.errors import ChatError
 
 RRF_K = 60
+Fetch = Callable[[str, str, list], list]  # (user_id, session_id, message ids) -> the turns, 1 BatchGetItem
 
 
 class SemanticRecall:
-    """The chat's turns nearest to the question, from the index (no other read)."""
+    """The chat's turns nearest to the question, from the index, and the hits not yet held read by id."""
 
-    def __init__(self, indexer: Any, pools: PoolSource):
+    def __init__(self, indexer: Any, pools: PoolSource, fetch: Fetch | None = None):
         self._indexer = indexer
         self._pools = pools
+        self._fetch = fetch
 
     def ready(self) -> bool:
         """False while the local model's weights are still loading (they start loading here, in the background)."""
@@ -42,21 +44,24 @@ class SemanticRecall:
         except ChatError as exc:  # the index or the model cannot answer now: keyword recall still does
             logs.warning("recall.semantic_failed", session_id=session_id, error_class=type(exc).__name__)
             return []
+        ranked = [
+            (hit.item.get("message_id", ""), hit.score)
+            for hit in hits
+            if hit.item.get("session_id") == session_id
+            and hit.item.get("embed_model") == self._indexer.embedder.model
+            and hit.item.get("message_id") not in exclude
+        ][:k]
+        missing = [m for m, _ in ranked if m not in pool.turns]
+        if missing and self._fetch is not None:
+            try:
+                pool.add(self._fetch(user_id, session_id, missing))
+            except ChatError as exc:  # throttled past retries: recall what is held, the question still goes
+                logs.warning("recall.fetch_failed", session_id=session_id, error_class=type(exc).__name__)
         out = []
-        for hit in hits:
-            item = hit.item
-            turn = pool.turns.get(item.get("message_id", ""))
-            if (
-                item.get("session_id") != session_id
-                or item.get("embed_model") != self._indexer.embedder.model
-                or turn is None
-                or turn.message_id in exclude
-                or not answered(turn)
-            ):
-                continue
-            out.append(RecalledTurn(turn, 2.0 - hit.score))  # COSINE: 0 is identical
-            if len(out) == k:
-                break
+        for message_id, score in ranked:
+            turn = pool.turns.get(message_id)
+            if turn is not None and answered(turn):
+                out.append(RecalledTurn(turn, 2.0 - score))  # COSINE: 0 is identical
         return out
 
 
@@ -80,7 +85,8 @@ class FusedRecall:
         return [RecalledTurn(turns[key], scores[key]) for key in best]
 
 
-def fused_recall(pools: PoolSource, indexer: Any) -> Recall:
+def fused_recall(pools: PoolSource, indexer: Any, fetch: Fetch | None = None) -> Recall:
     """Keyword recall alone without an indexer (CHAT_EMBED_PROVIDER=off), else keyword + semantic."""
     keyword = KeywordRecall(pools)
-    return keyword if indexer is None else FusedRecall(keyword, SemanticRecall(indexer, pools))
+    # semantic first: the hits it reads join the pool, so keyword recall scores them in the same question
+    return keyword if indexer is None else FusedRecall(SemanticRecall(indexer, pools, fetch), keyword)

@@ -18,8 +18,6 @@ from lib.storage.gateway import Gateway, from_item, on_condition_failed, to_item
 from lib.storage.itemsize import item_size
 from lib.storage.records import Message, Summary
 
-OLDER_PAGES = 2  # the context engine's budget: at most 2 requests beyond what the page loaded
-
 
 class SummaryStore:
     """Read and write a session's running summary, and read the turns a summary or recall needs."""
@@ -97,29 +95,17 @@ class SummaryStore:
             if keys.record_kind(i["sk"]["S"]) == keys.TURN and i["sk"]["S"] != low
         ]
 
-    def turns_before(
-        self, user_id: str, session_id: str, before_message_id: str, *, pages: int = OLDER_PAGES, action: str = "recall"
-    ) -> tuple[list[Message], bool, int]:
-        """Turns older than `before_message_id`, newest first, at most `pages` Queries (1 MB each); whether
-        the oldest turn was reached; and the requests spent. Recall's only read: bounded, so a huge chat costs 2 requests, not 40."""
-        pk = keys.session_pk(user_id, session_id)
-        params: dict[str, Any] = {
-            "KeyConditionExpression": "pk = :pk AND begins_with(sk, :prefix)",
-            "ConsistentRead": True,
-            "ScanIndexForward": False,
-            "ExpressionAttributeValues": to_item({":pk": pk, ":prefix": keys.MESSAGE_PREFIX}),
-            "ExclusiveStartKey": to_item({"pk": pk, "sk": keys.message_sk(before_message_id)}),
-        }
-        found: list[Message] = []
+    def turns_by_id(
+        self, user_id: str, session_id: str, message_ids: list[str], *, action: str = "recall"
+    ) -> list[Message]:
+        """These turns of one chat (those that exist), by id, in 1 eventually consistent BatchGetItem (up to 100):
+        recall's one read of the older turns the vector index found, sized by what is found, not by the chat."""
+        if not message_ids:
+            return []
         with self._db.action(action, user_id):
-            for spent in range(1, pages + 1):
-                response = self._db.call("query", **params)
-                found += [
-                    Message.from_item(from_item(i), size=item_size(i))
-                    for i in response.get("Items", [])
-                    if keys.record_kind(i["sk"]["S"]) == keys.TURN
-                ]
-                if "LastEvaluatedKey" not in response:
-                    return found, True, spent
-                params["ExclusiveStartKey"] = response["LastEvaluatedKey"]
-        return found, False, pages
+            found = self._db.batch_get(
+                [keys.message_key(user_id, session_id, m) for m in dict.fromkeys(message_ids) if keys.is_id(m)],
+                consistent=False,
+            )
+        turns = [Message.from_item(from_item(i), size=item_size(i)) for i in found if keys.is_message_sk(i["sk"]["S"])]
+        return sorted(turns, key=lambda m: m.message_id)

@@ -188,12 +188,31 @@ def test_a_local_answer_saved_during_a_nap_is_shown_saved_without_waiting_out_th
     live.append("almost done")
     item, naps = followed(live, YIELD_S), []
 
-    def wake(seconds):  # the worker saves while the page naps: the nap ends at once
+    def wake(seconds, **how):  # the worker saves while the page naps: the nap ends at once
         naps.append(seconds)
         live.finish(saved(live.text))
-        return live.wait_ended(seconds)
+        return live.wait_ended(seconds, **how)
 
     item.wake = wake
     clock, _ = run([item], lambda now: None)
     assert item.ended is live and item.in_place
     assert naps == [YIELD_S] and clock.sleeps == 0  # one nap, cut short; the fake clock never slept
+
+
+def test_the_first_text_ends_the_nap_of_a_page_that_has_drawn_nothing():
+    live = LiveAnswer("u", "s1", MESSAGE.message_id)
+    item, naps = followed(live, YIELD_S), []
+
+    def wake(seconds, **how):  # the first chunk arrives while the page naps: it is drawn at once
+        naps.append(how)
+        if len(naps) == 1:
+            live.append("Hello")
+        elif len(naps) == 2:
+            live.finish(saved(live.text))
+        return live.wait_ended(seconds, **how)
+
+    item.wake = wake
+    clock, _ = run([item], lambda now: None)
+    assert item.ended is live and item.in_place
+    # the first nap waits for text, the second (text drawn) for the end; neither waited out its beat
+    assert naps == [{"first_text": True}, {"first_text": False}] and clock.sleeps == 0

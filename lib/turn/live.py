@@ -48,6 +48,7 @@ class LiveAnswer:
     _stop: threading.Event = field(default_factory=threading.Event, repr=False)
     _done: threading.Event = field(default_factory=threading.Event, repr=False)
     _ended: threading.Event = field(default_factory=threading.Event, repr=False)  # saved, or given up
+    _begun: threading.Event = field(default_factory=threading.Event, repr=False)  # first text, or ended
     watched_at: float = field(default_factory=time.monotonic)
     chunks: int = 0  # chunks received, including any that arrived after Stop (the bench counts those)
     chunks_after_stop: int = 0
@@ -60,6 +61,8 @@ class LiveAnswer:
             self.chunks += 1
             if self._stop.is_set():
                 self.chunks_after_stop += 1
+        if chunk:
+            self._begun.set()
 
     @property
     def text(self) -> str:
@@ -91,6 +94,7 @@ class LiveAnswer:
         with self._lock:
             self.saved, self.status, self.save_error = saved, SAVED, None
         self._ended.set()
+        self._begun.set()
 
     def publish_summary(self, summary: Any, version: int | None) -> None:
         """The worker's post-save summary (the one now stored), and the counter value its write moved to."""
@@ -109,11 +113,13 @@ class LiveAnswer:
     def done(self) -> None:
         """The worker has nothing left to do (post-save work included)."""
         self._ended.set()
+        self._begun.set()
         self._done.set()
 
-    def wait_ended(self, timeout: float) -> bool:
-        """Sleep up to `timeout`, waking as soon as the answer is saved or given up (a following page's nap)."""
-        return self._ended.wait(timeout)
+    def wait_ended(self, timeout: float, *, first_text: bool = False) -> bool:
+        """Sleep up to `timeout`, waking as soon as the answer is saved or given up (a following page's nap);
+        with `first_text`, also as soon as any text has arrived (a page that has drawn none yet)."""
+        return (self._begun if first_text else self._ended).wait(timeout)
 
     def wait(self, timeout: float | None = None) -> bool:
         return self._done.wait(timeout)

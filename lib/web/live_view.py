@@ -42,7 +42,7 @@ class Followed:
     line: str = ""  # what `status` shows now
     paced: PacedRenderer | None = field(default=None, repr=False)
     read_at: float = 0.0
-    wake: Callable[[float], bool] | None = None  # a nap that ends when the answer does (LiveAnswer.wait_ended)
+    wake: Callable[..., bool] | None = None  # a nap that ends when the answer does (LiveAnswer.wait_ended)
     ended: Any = None  # the answer once saved (its `saved` is the turn)
     gone: bool = False  # the source lost it (the hot tier flushed or down): the page reruns and asks DynamoDB
     in_place: bool = False  # the final text extends what was drawn: the page can finish it without a rerun
@@ -114,12 +114,13 @@ def follow(
             beat.empty()
         if waiting:
             # Nap until the next beat, or less: a local answer that is saved meanwhile wakes the loop, so the
-            # page shows it saved at once rather than up to a tenth of a second later (every send pays that).
-            wake = next((f.wake for f in waiting if f.wake is not None), None)
-            if wake is not None and wake(YIELD_S):
+            # page shows it saved at once rather than up to a tenth of a second later (every send pays that),
+            # and so does the first text of an answer that has drawn none yet (the time to first text).
+            local = next((f for f in waiting if f.wake is not None), None)
+            if local is not None and local.wake(YIELD_S, first_text=len(local.paced) == 0):
                 for f in waiting:
                     f.read_at = min(f.read_at, clock())
-            elif wake is None:
+            elif local is None:
                 sleep(YIELD_S)
 
 

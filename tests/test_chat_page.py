@@ -318,3 +318,29 @@ class TestWhatTheModelSaw:
         assert what["Memory"] == "I prefer Python for examples."  # its text, not its id
         (caption,) = [c.value for c in reopened.caption if "tokens in all" in c.value]
         assert f"the model counted {message.input_token:,} input tokens" in caption
+
+
+@pytest.mark.usefixtures("app_env")
+class TestNoRerunBeforeTheFirstText:
+    def test_a_follow_up_that_moves_the_chat_up_the_sidebar_reruns_only_once_its_answer_is_saved(self, monkeypatch):
+        import streamlit as st
+
+        from lib.web import chat_page
+        from tests.pages import generations, sidebar_titles
+
+        monkeypatch.setenv("CHAT_DEMO_DELAY", "0.02")  # an answer that streams for a while (never timed)
+        older = a_chat_of(2)
+        a_chat_of(1)  # newer: the older chat is second in the sidebar
+        at = new_browser(session=older.session_id)
+        assert sidebar_titles(at)[1] == "turn 0"
+        reruns = []
+        real = st.rerun
+
+        def spy(*args, **kwargs):  # how many answers were still being written when the page asked to rerun
+            reruns.append(len(generations().active(DEV)))
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(chat_page.st, "rerun", spy)
+        send(at, "a follow-up in the older chat")
+        assert reruns and reruns[0] == 0  # the first rerun came after the save, never before the first text
+        assert sidebar_titles(at)[0] == "turn 0"  # and the chat is at the top once it is

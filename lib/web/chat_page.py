@@ -51,6 +51,7 @@ class ChatPage(LiveTurns):
         self.welcome = None
         self.suggested: str | None = None
         self.following: list[live_view.Followed] = []  # live answers placed on this run's page
+        self.rerun_when_saved = False  # this run's question moved the chat in the sidebar: redraw it once saved
 
     # --- state --------------------------------------------------------------------------------------
     def load(self) -> None:
@@ -279,7 +280,12 @@ class ChatPage(LiveTurns):
     def _finish(self, followed: live_view.Followed) -> None:
         self.sync_live()  # the loaded chat learns the saved turn (no request)
         ended = followed.ended
-        if followed.gone or not followed.in_place or getattr(ended, "renamed", None) is not None:
+        if (
+            followed.gone
+            or not followed.in_place
+            or getattr(ended, "renamed", None) is not None
+            or self.rerun_when_saved
+        ):
             st.rerun()
         with followed.status.container():
             self._under_answer(ended.saved)
@@ -355,9 +361,13 @@ class ChatPage(LiveTurns):
             else:
                 self._adopt(sent.session.session_id, sent.version)
             self._after_save_expected(sent)
-            if not in_place:
-                st.rerun()
-            self._turn(sent.message)  # under the turns this run drew; follow_live follows its answer
+            if first:
+                st.rerun()  # a new chat: the sidebar and the header show it before its answer starts
+            # A follow-up is drawn under the turns this run drew and followed at once (follow_live); if it moves the
+            # chat in the sidebar (to the top, or under 'Today'), the page reruns once the answer is saved, not
+            # before its first text (a rerun there sends every turn on screen again, first).
+            self.rerun_when_saved = not in_place
+            self._turn(sent.message)
 
     @staticmethod
     def _after_save_expected(sent) -> None:

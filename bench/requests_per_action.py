@@ -111,6 +111,13 @@ def main() -> None:
                 context=seen,
             ),
         )
+    # Versions of a 4 KB turn: Regenerate keeps the selected answer (its record and the turn in one
+    # transaction), then the new answer is saved as any answer is; switching back reads the chosen record.
+    session, message = store.send_message(USER, session, "regenerate me", system_prompt_id="default-v1")
+    done = finish(message)
+    pending = measure("regenerate (4 KB turn)", lambda: store.versions.regenerate(USER, done))
+    second = finish(pending)
+    measure("switch version (4 KB turns)", lambda: store.versions.flip(USER, second, 1))
     measure("rename", lambda: store.rename_session(USER, session, "Chat history design"))
 
     budget = {
@@ -124,6 +131,8 @@ def main() -> None:
         "finish at turn 3 (0.5 KB answer)": (1, "UpdateItem", 1, 0),
         "finish at turn 30 (0.5 KB answer)": (1, "UpdateItem", 2, 0),
         "finish at turn 300 (0.5 KB answer)": (1, "UpdateItem", 2, 0),
+        "regenerate (4 KB turn)": (1, "TransactWriteItems", 16, 0),
+        "switch version (4 KB turns)": (2, "GetItem+TransactWriteItems", 16, 1),
         "rename": (1, "TransactWriteItems", 4, 0),
     }
     rows, ok = [], True

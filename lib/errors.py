@@ -17,6 +17,11 @@ class MessageNotPending(ChatError):
     """The turn was already finished or failed; the second writer lost."""
 
 
+class VersionChanged(ChatError):
+    """The turn's versions are not as the tab saw them (another tab regenerated or switched), or the turn is
+    still being answered."""
+
+
 class MessageNotFound(ChatError):
     """No message with that id in the user's session."""
 

@@ -186,6 +186,7 @@ def to_json(session: Session, messages: list[Message]) -> str:
     def turn(m: Message) -> dict:
         data = dataclasses.asdict(m)
         data.pop("size")
+        data["kept"] = sorted(m.kept)  # the versions that have a record (JSON has no sets)
         return data
 
     return json.dumps(

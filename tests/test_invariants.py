@@ -79,3 +79,39 @@ class TestCheckUser:
         later = keys.parse_time(message.create_time) + dt.timedelta(seconds=600)
         report = check_user(client, table, USER, pending_timeout_s=300, at=later)
         assert report.ok and len(report.stale_pending) == 4
+
+
+class TestVersions:
+    def versioned(self, store):
+        session, message = store.create_session(USER, "q", system_prompt_id="p")
+        done = store.finish_message(
+            USER,
+            message,
+            output_body="a",
+            input_token=1,
+            output_token=1,
+            response_start_time=message.create_time,
+            response_end_time=message.create_time,
+        )
+        pending = store.versions.regenerate(USER, done)
+        return session, store.finish_message(
+            USER,
+            pending,
+            output_body="b",
+            input_token=1,
+            output_token=1,
+            response_start_time=message.create_time,
+            response_end_time=message.create_time,
+        )
+
+    def test_a_regenerated_turn_is_healthy_and_a_lost_version_record_is_found(self, store, client, table):
+        session, turn = self.versioned(store)
+        assert check_user(client, table, USER).ok
+        client.delete_item(TableName=table, Key=to_item(keys.version_key(USER, session.session_id, turn.message_id, 1)))
+        assert any("kept versions [1] have no record" in v for v in check_user(client, table, USER).violations)
+
+    def test_a_version_record_of_a_turn_that_is_gone_is_found(self, store, client, table):
+        session, turn = self.versioned(store)
+        client.delete_item(TableName=table, Key=to_item(keys.message_key(USER, session.session_id, turn.message_id)))
+        violations = check_user(client, table, USER).violations
+        assert any(f"version records of turn {turn.message_id}, which is not stored" in v for v in violations)

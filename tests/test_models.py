@@ -166,8 +166,11 @@ class TestDemoModel:
     def test_streams_a_deterministic_markdown_answer_with_token_counts(self):
         pauses = []
         model = DemoModel(delay_s=0.01, sleep=pauses.append)
-        first, second = model.stream(PROMPT), model.stream(PROMPT)
-        assert "".join(first) == "".join(second) == demo_answer("Hi there")
+        first, again = model.stream(PROMPT), model.stream(PROMPT)
+        fresh = DemoModel(delay_s=0).stream(PROMPT)
+        assert "".join(first) == "".join(fresh) == demo_answer("Hi there")  # the same in every process
+        # asked again at the same turn (Regenerate), it opens differently, as a real model's answer would
+        assert "".join(again) == demo_answer("Hi there", attempt=1) != "".join(first)
         assert len(pauses) > 20 and set(pauses) == {0.01}
         assert first.usage.output_tokens > 50 and first.usage.input_tokens > 0
         assert "demo model" in first.text

@@ -24,7 +24,14 @@ class BadValue(ValueError):
 
 
 def message_json(message: Message) -> str:
-    return json.dumps(dataclasses.asdict(message))
+    return json.dumps(dataclasses.asdict(message), default=_sets)
+
+
+def _sets(value: Any) -> Any:
+    """JSON for the one non-JSON value a record holds: a set of numbers (a turn's kept versions)."""
+    if isinstance(value, (set, frozenset)):
+        return sorted(value)
+    raise TypeError(f"not JSON: {type(value).__name__}")
 
 
 def message_of(text: str) -> Message:
@@ -38,7 +45,8 @@ def view_json(view: SessionView) -> str:
             "messages": [dataclasses.asdict(m) for m in view.messages],
             "cursor": view.cursor,
             "summary": dataclasses.asdict(view.summary) if view.summary else None,
-        }
+        },
+        default=_sets,
     )
 
 
@@ -65,6 +73,7 @@ def _message(values: Any) -> Message:
         raise BadValue("not a saved turn")
     values = dict(values)
     values["context"] = tuple(values.get("context") or ())
+    values["kept"] = frozenset(values.get("kept") or ())
     return _record(Message, values)
 
 

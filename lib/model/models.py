@@ -314,10 +314,17 @@ class DemoModel:
         self.name = "demo"
         self._delay = delay_s
         self._sleep = sleep
+        self._asked: dict[tuple[str, int], int] = {}  # how often this process was asked a question at a turn
 
     def stream(self, prompt: Prompt) -> Reply:
         question = prompt.messages[-1]["content"]
-        answer = demo_answer(question, turns=len(prompt.messages) // 2 + 1)
+        turns = len(prompt.messages) // 2 + 1
+        # The same question at the same turn again (Regenerate) opens differently, as a real model's would.
+        attempt = self._asked.get((question, turns), 0)
+        if len(self._asked) > 1_000:
+            self._asked.clear()
+        self._asked[(question, turns)] = attempt + 1
+        answer = demo_answer(question, turns=turns, attempt=attempt)
         input_tokens = estimate_tokens(prompt.system) + sum(estimate_tokens(m["content"]) for m in prompt.messages)
 
         def source() -> Iterator[Any]:
@@ -405,7 +412,7 @@ _TOPICS = [
 ]
 
 
-def demo_answer(question: str, turns: int = 1) -> str:
+def demo_answer(question: str, turns: int = 1, attempt: int = 0) -> str:
     """A deterministic, useful-looking answer that says plainly it comes from the demo model."""
     lowered = question.lower()
     topic, bullets, example = (
@@ -426,7 +433,7 @@ def demo_answer(question: str, turns: int = 1) -> str:
     openers = ["Good question.", "Here is a short plan.", "Let's break this down.", "A few pointers."]
     context = f"This is turn {turns} of our chat." if turns > 1 else "This is the first turn of our chat."
     return (
-        f"{openers[digest % len(openers)]} You asked: *{quoted}*\n\n"
+        f"{openers[(digest + attempt) % len(openers)]} You asked: *{quoted}*\n\n"
         f"**{topic}**, in three steps:\n\n{bullets}\n\nFor example:\n\n{example}\n\n"
         f"_{context} This answer comes from the offline **demo model**: set `ANTHROPIC_API_KEY` "
         f"(or `CHAT_MODEL_PROVIDER=bedrock`) for real answers from Claude._"

@@ -9,7 +9,9 @@ For every session of a user:
   - message_count equals the number of turns stored;
   - last_message_time equals the newest turn's create_time;
   - no turns without a meta (what a lost write or a half-copied table leaves), no row without a meta;
-  - every record's sort key is one the store knows (lib.storage.keys.record_kind).
+  - every record's sort key is one the store knows (lib.storage.keys.record_kind);
+  - a turn's versions (lib/storage/versions.py): every version but the selected one is kept, every kept one has
+    its record, and no version record belongs to a turn that is not stored or names a version it does not have.
 Turns still pending after the timeout are listed, not counted as violations (`sweep-pending` ends them).
 Sessions a purge marker lists (a purge-user or retention that was killed) are listed as an unfinished
 deletion, not checked: rerunning the command finishes them, and `repair` must not rebuild what it deletes.
@@ -48,6 +50,7 @@ class SessionRecords:
     rows: list[dict] = field(default_factory=list)
     meta: dict | None = None
     turns: list[dict] = field(default_factory=list)
+    versions: list[str] = field(default_factory=list)  # sort keys of version records
     unknown: list[str] = field(default_factory=list)
 
 
@@ -106,6 +109,8 @@ class Collector:
             records.meta = item
         elif kind == keys.TURN:
             records.turns.append(item)
+        elif kind == keys.VERSION:
+            records.versions.append(item["sk"])
         elif kind != keys.SUMMARY:
             records.unknown.append(item["sk"])
 
@@ -172,7 +177,32 @@ def _judge(
         if turns and max(t.create_time for t in turns) != meta.last_message_time:
             report.problems.append(Violation(session_id, "newest turn is not at last_message_time"))
         report.stale_pending += [(session_id, t.message_id) for t in turns if t.is_stale(pending_timeout_s, at)]
+        report.problems += _version_problems(session_id, turns, records.versions)
     return report
+
+
+def _version_problems(session_id: str, turns: list[Message], version_sks: list[str]) -> list[Violation]:
+    """A turn's versions as lib/storage/versions.py keeps them (no mechanical repair: a lost version is lost)."""
+    stored: dict[str, set[int]] = defaultdict(set)
+    for sk in version_sks:
+        message_id, version = keys.version_parts(sk)
+        stored[message_id].add(version)
+    problems = []
+    by_id = {t.message_id: t for t in turns}
+    for message_id, versions in sorted(stored.items()):
+        turn = by_id.get(message_id)
+        if turn is None:
+            problems.append(Violation(session_id, f"version records of turn {message_id}, which is not stored"))
+        elif max(versions) > turn.versions:
+            problems.append(Violation(session_id, f"turn {message_id} has a record of a version it does not have"))
+    for turn in turns:
+        missing = sorted(v for v in range(1, turn.versions + 1) if v != turn.version and v not in turn.kept)
+        unkept = sorted(v for v in turn.kept if v not in stored.get(turn.message_id, set()))
+        if missing:
+            problems.append(Violation(session_id, f"turn {turn.message_id}: versions {missing} are not kept"))
+        if unkept:
+            problems.append(Violation(session_id, f"turn {turn.message_id}: kept versions {unkept} have no record"))
+    return problems
 
 
 def check_user(

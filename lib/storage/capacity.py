@@ -39,6 +39,8 @@ ACTIONS = (
     "finish",
     "fail",
     "retry",
+    "regenerate",
+    "version",
     "rename",
     "feedback",
     "title",

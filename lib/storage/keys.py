@@ -7,6 +7,8 @@ Records and their keys:
     usage bucket  pk USAGE#<yyyy-mm-dd>               sk USER#<user_id>   (the cost page's ledger)
 Reserved sort-key prefixes for the records the context engine and semantic search add:
     summary       pk USER#<user_id>#SES#<session_id>  sk SUM#RUNNING (sorts after SES#META: read first, descending)
+    version       pk USER#<user_id>#SES#<session_id>  sk ALT#<message_id>#<nnn> (a turn's kept answers; sorts
+                  before every MSG#, and the open Query starts at MSG#, so no page read meets one)
     memory        pk USER#<user_id>                   sk MEM#<memory_id>  (memory_id: a hash of the normalised text)
     preference    pk USER#<user_id>                   sk PREF#<name>      (e.g. PREF#memory: the user's off switch)
     vector item   pk USER#<user_id>                   sk VEC#...
@@ -43,6 +45,7 @@ META_SK = "SES#META"
 SUMMARY_PREFIX = "SUM#"
 MEMORY_PREFIX = "MEM#"
 VECTOR_PREFIX = "VEC#"
+VERSION_PREFIX = "ALT#"
 PURGE_PREFIX = "PURGE#"
 PREFERENCE_PREFIX = "PREF#"
 SUMMARY_SK = "SUM#RUNNING"
@@ -60,6 +63,7 @@ LIST_ROW, META, TURN, SUMMARY, MEMORY, VECTOR, PURGE, UNKNOWN = (
     "unknown",
 )
 PREFERENCE = "preference"
+VERSION = "version"
 
 # ULID: 26 chars of Crockford base32 (no I, L, O, U); sorts in creation order.
 _ULID_RE = re.compile(r"^[0-9A-HJKMNP-TV-Z]{26}$")
@@ -67,6 +71,7 @@ _ULID_RE = re.compile(r"^[0-9A-HJKMNP-TV-Z]{26}$")
 _TIME_RE = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$")
 _LIST_SK_RE = re.compile(r"^SES#(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z)#([0-9A-HJKMNP-TV-Z]{26})$")
 _MSG_SK_RE = re.compile(r"^MSG#([0-9A-HJKMNP-TV-Z]{26})$")
+_VERSION_SK_RE = re.compile(r"^ALT#([0-9A-HJKMNP-TV-Z]{26})#(\d{3})$")
 # What a user id may not hold: '#' (it would reach into another key), control characters (C0, DEL, C1) and lone
 # surrogates (DynamoDB cannot store them).
 _USER_ID_FORBIDDEN = re.compile("[#\x00-\x1f\x7f-\x9f\ud800-\udfff]")
@@ -230,6 +235,26 @@ def message_key(user_id: str, session_id: str, message_id: str) -> dict[str, str
     return {"pk": session_pk(user_id, session_id), "sk": f"{MESSAGE_PREFIX}{message_id}"}
 
 
+def version_key(user_id: str, session_id: str, message_id: str, version: int) -> dict[str, str]:
+    """A kept version of a turn (lib/storage/versions.py): 1 to 999."""
+    if not is_id(message_id) or not isinstance(version, int) or not 1 <= version <= 999:
+        raise ValueError("a version key needs a message id and a version from 1 to 999")
+    return {"pk": session_pk(user_id, session_id), "sk": f"{VERSION_PREFIX}{message_id}#{version:03d}"}
+
+
+def version_range(user_id: str, session_id: str, message_id: str) -> tuple[str, str, str]:
+    """(pk, low, high) of a Query that reads one turn's version records and nothing else."""
+    return session_pk(user_id, session_id), f"{VERSION_PREFIX}{message_id}#", f"{VERSION_PREFIX}{message_id}#~"
+
+
+def version_parts(sk: str) -> tuple[str, int]:
+    """(message_id, version) of a version record's sort key."""
+    match = _VERSION_SK_RE.match(sk)
+    if not match:
+        raise ValueError(f"not a version sort key: {sk!r}")
+    return match.group(1), int(match.group(2))
+
+
 USAGE_PREFIX = "USAGE#"
 
 
@@ -280,6 +305,8 @@ def record_kind(sk: str) -> str:
         return TURN
     if is_list_sk(sk):
         return LIST_ROW
+    if _VERSION_SK_RE.match(sk):
+        return VERSION
     for prefix, kind in (
         (SUMMARY_PREFIX, SUMMARY),
         (MEMORY_PREFIX, MEMORY),

@@ -23,7 +23,7 @@ from lib.storage.store import ChatStore
 # anyway; this keeps chat text out of the operator's memory and terminal).
 CHECK_PROJECTION = (
     "pk, sk, session_id, user_id, title, create_time, last_message_time, message_count, message_id, "
-    "#status, attempt_time, system_prompt_id, session_ids, source_command"
+    "#status, attempt_time, system_prompt_id, session_ids, source_command, version, versions, kept"
 )
 _CHECK_NAMES = {"#status": "status"}
 # What a partition listing reads: keys, the session a sidebar row names, the sessions a purge marker lists.

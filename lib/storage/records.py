@@ -77,6 +77,9 @@ class Message:
     tokens_estimated: bool = False  # an answer that ended early: its token counts are estimates (Reply.usage_so_far)
     size: int = field(default=0, compare=False)  # the stored item's size in bytes
     context: tuple[dict, ...] = ()  # what the model saw, ids and counts only (lib/storage/seen.py: its parts)
+    version: int = 1  # the selected version (lib/storage/versions.py): the one this item holds
+    versions: int = 1  # how many versions the turn has (Regenerate and Edit add one each)
+    kept: frozenset[int] = frozenset()  # versions that have their version record
 
     @classmethod
     def from_item(cls, item: dict[str, Any], size: int = 0) -> Message:
@@ -103,6 +106,9 @@ class Message:
             tokens_estimated=bool(item.get("tokens_estimated", False)),
             size=size,
             context=seen.decode(item.get("context")),
+            version=number("version") or 1,
+            versions=number("versions") or 1,
+            kept=frozenset(int(v) for v in item.get("kept", ())),
         )
 
     def is_stale(self, timeout_s: float, at: _dt.datetime | None = None) -> bool:

@@ -59,6 +59,7 @@ from lib.storage.records import (
     SessionView,
     Summary,
 )
+from lib.storage.versions import VersionStore
 
 # Re-exported: callers import these from the store they write through.
 __all__ = [
@@ -85,6 +86,7 @@ class ChatStore:
         self._db = Gateway(client, table_name, meter)
         self._table = table_name
         self._cursors = CursorCodec(cursor_secret)
+        self.versions = VersionStore(self._db)  # a turn's kept answers: Regenerate, Edit, switching versions
 
     def _call(self, operation: str, **params: Any) -> dict:
         return self._db.call(operation, **params)
@@ -561,8 +563,9 @@ class ChatStore:
             raise SessionNotFound("No such chat.")
         pk = keys.session_pk(user_id, session_id)
         params: dict[str, Any] = {
-            "KeyConditionExpression": "pk = :pk",
-            "ExpressionAttributeValues": to_item({":pk": pk}),
+            # From MSG# up: the summary, the meta and the turns; a turn's kept versions (ALT#) sort below it
+            "KeyConditionExpression": "pk = :pk AND sk >= :turns",
+            "ExpressionAttributeValues": to_item({":pk": pk, ":turns": keys.MESSAGE_PREFIX}),
             "ScanIndexForward": False,  # SUM# and SES#META sort after every MSG#, so they come first
             "Limit": TURNS_PAGE + 1,
             "ConsistentRead": True,

@@ -75,6 +75,18 @@ class SummaryStore:
             summary.tokens,
         )
 
+    def forget(self, user_id: str, session_id: str, version: int) -> bool:
+        """Delete the summary at `version` (1 conditional DeleteItem): a turn it covers got a new version, so it
+        no longer says what the chat says. False when another writer replaced it first (that one is newer)."""
+        with on_condition_failed() as replaced, self._db.action("summary", user_id):
+            self._db.call(
+                "delete_item",
+                Key=to_item(keys.summary_key(user_id, session_id)),
+                ConditionExpression="version = :v",
+                ExpressionAttributeValues=to_item({":v": version}),
+            )
+        return not replaced
+
     def turns_after(
         self, user_id: str, session_id: str, after_message_id: str | None, *, action: str = "summary"
     ) -> list[Message]:

@@ -35,14 +35,14 @@ from lib import logs
 from lib.context.cache import ContextCache, MemoryState
 from lib.context.engine import ContextEngine
 from lib.context.summaries import SummaryOutcome
-from lib.errors import ChatError, EmptyQuestion
+from lib.errors import ChatError, EmptyQuestion, VersionChanged
 from lib.model.models import ChatModel
 from lib.search.indexer import index_turn_after_save
 from lib.storage.records import DONE, Message, Session, Summary
 from lib.storage.store import ChatStore
 from lib.turn.changes import LocalChanges
 from lib.turn.live import LiveAnswer
-from lib.turn.turns import STOPPED, Turn, begin_turn, retry_turn
+from lib.turn.turns import STOPPED, Turn, begin_turn, regenerate_turn, retry_turn
 from lib.turn.worker import Admission, Generations, quietly
 from lib.usage.ledger import Ledger
 
@@ -168,6 +168,82 @@ class ChatService:
             handoff = Handoff(user_id, turn.session, turns, summary, _private(cache, user_id), False)
             live = self._start(turn, handoff, admission)
         return Sent(turn.session, turn.message, live, version, False, admission.waited)
+
+    def regenerate(
+        self,
+        user_id: str,
+        session: Session,
+        message: Message,
+        *,
+        history: list[Message],
+        summary: Summary | None,
+        cache: ContextCache,
+        question: str | None = None,
+    ) -> Sent:
+        """A new version of a finished turn, answered in place; the earlier answer is kept (lib/storage/versions.py).
+        With `question`, an Edit: the new version asks that instead (the newest question only: a later turn was
+        answered after the old one). VersionChanged when another tab changed the turn first."""
+        if question is not None:
+            if not question.strip():
+                raise EmptyQuestion("Type a question first.")
+            if any(m.message_id > message.message_id for m in history):
+                raise VersionChanged("Only the newest question can be edited: later turns were answered after it.")
+        with self.generations.admitted(user_id, session.session_id, message_id=message.message_id) as admission:
+            turn = regenerate_turn(
+                self.store,
+                self.model,
+                user_id,
+                session,
+                message,
+                history,
+                question=question,
+                budget_tokens=self.settings.context_tokens,
+                ledger=self.ledger,
+                engine=self.engine,
+                cache=cache,
+                summary=summary,
+            )
+            self._forget_covering_summary(user_id, session.session_id, message, summary)
+            if question is not None:
+                self._forget_question_memories(cache, user_id, message)
+            version = self._bump(user_id, session.session_id)
+            turns = tuple(turn.message if m.message_id == message.message_id else m for m in history)
+            kept = summary if summary is None or summary.covered_until < message.message_id else None
+            handoff = Handoff(user_id, turn.session, turns, kept, _private(cache, user_id), False)
+            live = self._start(turn, handoff, admission)
+        return Sent(turn.session, turn.message, live, version, False, admission.waited)
+
+    def flip(
+        self, user_id: str, session: Session, message: Message, version: int, *, summary: Summary | None
+    ) -> Written:
+        """Select another version of a turn (1 GetItem, 1 write); search, export and later questions then use it,
+        and its search vector is rewritten (1 PutItem). The value is the turn as stored now."""
+        chosen = self.store.versions.flip(user_id, message, version)
+        self._forget_covering_summary(user_id, message.session_id, message, summary)
+        indexer = self.engine.indexer
+        if indexer is not None and chosen.status == DONE:  # Search finds the version the chat shows
+            quietly("index", lambda: index_turn_after_save(indexer, user_id, session.title, chosen))
+        return Written(chosen, self._bump(user_id, message.session_id))
+
+    def _forget_covering_summary(
+        self, user_id: str, session_id: str, message: Message, summary: Summary | None
+    ) -> None:
+        """A summary that covered a turn whose version changed no longer says what the chat says: it goes, and
+        the next one is written from the turns as they are now."""
+        if summary is not None and summary.covered_until >= message.message_id:
+            quietly("summary", lambda: self.engine.summaries.forget(user_id, session_id, summary.version))
+
+    def _forget_question_memories(self, cache: ContextCache, user_id: str, message: Message) -> None:
+        """An edited question's memories came from words the user took back: they go (the new question's are
+        extracted after its answer, as for any question)."""
+        state = cache.memory.get(user_id)
+        if state is None:
+            return
+        stale = [m for m in state.memories if m.source_message_id == message.message_id]
+        for memory in stale:
+            quietly("memories", lambda m=memory: self.engine.memories.delete(user_id, m.memory_id))
+        if stale:
+            cache.memory[user_id] = MemoryState([m for m in state.memories if m not in stale], state.enabled)
 
     def stop(self, message_id: str) -> None:
         """Stop an answer written here, or (hot tier) by another replica: its worker notices within ~0.25 s."""

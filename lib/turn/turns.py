@@ -212,8 +212,45 @@ def retry_turn(
     cache=None,
     summary=None,
 ) -> Turn:
-    """Regenerate a failed or interrupted turn in place: the same question, no second one (1 UpdateItem)."""
+    """Answer a failed or interrupted turn again in place: the same question, no second one (1 UpdateItem)."""
     restarted = store.restart_message(user_id, message)
+    return _again(
+        store, model, user_id, session, message, restarted, history, budget_tokens, ledger, engine, cache, summary
+    )
+
+
+def regenerate_turn(
+    store: ChatStore,
+    model: ChatModel,
+    user_id: str,
+    session: Session,
+    message: Message,
+    history: list[Message],
+    *,
+    question: str | None = None,
+    budget_tokens: int,
+    ledger: Ledger | None = None,
+    engine=None,
+    cache=None,
+    summary=None,
+) -> Turn:
+    """A new version of a finished turn (lib/storage/versions.py): the earlier answer is kept, the turn is
+    answered again in place, with `question` instead of the old one for an Edit."""
+    # An Edit asks instead of the newest question: checked against the chat as the tab saw it, in the same write
+    newest_of = session if question is not None else None
+    restarted = store.versions.regenerate(user_id, message, question=question, newest_of=newest_of)
+    return _again(
+        store, model, user_id, session, message, restarted, history, budget_tokens, ledger, engine, cache, summary
+    )
+
+
+def _again(
+    store, model, user_id, session, message, restarted, history, budget_tokens, ledger, engine, cache, summary
+) -> Turn:
+    """The Turn of a restarted turn: the model sees the turns before it, never the ones after (nor a summary
+    that covers this turn or later ones)."""
+    if summary is not None and summary.covered_until >= message.message_id:
+        summary = None
     earlier = [m for m in history if m.message_id < message.message_id]
     # Every turn before the retried one (the page may hold only some of them).
     preceding = session.message_count - 1 - sum(1 for m in history if m.message_id > message.message_id)
@@ -222,7 +259,7 @@ def retry_turn(
         cache,
         user_id,
         session,
-        message.input_body,
+        restarted.input_body,
         earlier,
         system_prompt_id=message.system_prompt_id,
         budget_tokens=budget_tokens,

@@ -36,9 +36,9 @@ OTHER = "Other"
 # Other under its own name. Ordered as stacked in the daily chart; colours from Tableau 10 (distinct, colour-blind
 # friendly).
 CATEGORIES = (
-    Category("Chat writes", "#4c78a8", ("create", "send", "finish", "fail", "retry")),
+    Category("Chat writes", "#4c78a8", ("create", "send", "finish", "fail", "retry", "regenerate")),
     Category("Chat reads", "#f58518", ("sidebar", "open", "export")),
-    Category("Titles & edits", "#54a24b", ("rename", "title", "feedback")),
+    Category("Titles & edits", "#54a24b", ("rename", "title", "feedback", "version")),
     Category("Context & memory", "#e45756", ("summary", "recall", "memory")),
     Category("Search", "#72b7b2", ("index", "search")),
     Category("Metering & admin", "#b279a2", ("ledger", "admin")),
@@ -50,6 +50,8 @@ ACTION_NAMES = {
     "finish": "Save an answer",
     "fail": "Save a failed or stopped answer",
     "retry": "Retry an answer",
+    "regenerate": "Regenerate an answer or edit a question",
+    "version": "Switch an answer's version",
     "sidebar": "Load the chat list",
     "open": "Open a chat",
     "export": "Export a chat",

@@ -36,6 +36,8 @@ DRAWN_LIVE = "drawn_live"  # ids of answers drawn live (pending) by an earlier r
 MAX_TURN_PAGES = 25  # pages of 20 turns paged back to find a linked turn
 _TURN_ID = re.compile(r"[0-9A-HJKMNP-TV-Z]{26}")  # a ULID
 UNSENT_REASON = "unsent_reason"  # why the question in the 'not sent' box was refused
+VERSION_ERROR = "version_error"  # (message id, why) a Regenerate, Edit or version switch was refused
+EDIT_OPEN, EDIT_BOX = "edit-open-", "edit-box-"  # the Edit popover of a question, and its text
 TYPE_AHEAD = "type_ahead"  # set when a question was refused because this chat's answer is still coming
 
 
@@ -203,6 +205,7 @@ class ChatPage(LiveTurns):
     def _turn(self, m: Message) -> None:
         with st.chat_message("user"):
             turn_view.question(m)
+            self._edit_control(m)
         # Streamlit keeps what the last run drew at a place until this run redraws it or ends, faded meanwhile,
         # and a block redrawn at the same place inherits the old one's children. A run following a live answer
         # lasts as long as the answer: after a Retry (or on coming back to the chat) what was drawn there would
@@ -257,7 +260,14 @@ class ChatPage(LiveTurns):
         if m.status == FAILED or m.is_stale(self.settings.pending_timeout_s) or self.orphaned(m):
             reason = m.error if m.status == FAILED else INTERRUPTED
             st.warning(reason, icon=":material/error:")
-            if st.button("Retry", key=f"retry-{m.message_id}", icon=":material/refresh:"):
+            self._version_error(m)
+            with st.container(horizontal=True, vertical_alignment="center", gap="small"):
+                retry = st.button("Retry", key=f"retry-{m.message_id}", icon=":material/refresh:")
+                if m.status == FAILED and (m.error or "").startswith("Stopped"):
+                    self._versions(m)  # a stopped answer is worth keeping: Regenerate keeps it as a version
+                elif m.status == FAILED and m.versions > 1:
+                    turn_view.version_switch(m, disabled=self.writing_here(), pick=self._flip)
+            if retry:
                 self.retry(m)
             return
         st.info(
@@ -306,6 +316,7 @@ class ChatPage(LiveTurns):
             st.rerun()
 
     def _answer_footer(self, m: Message) -> None:
+        self._version_error(m)
         details = [f"{m.input_token:,} in · {m.output_token:,} out tokens"]
         seconds = turn_view.answer_seconds(m)
         if seconds is not None:
@@ -327,11 +338,105 @@ class ChatPage(LiveTurns):
         with st.container(horizontal=True, vertical_alignment="center", gap="small"):
             value = st.feedback("thumbs", key=f"fb-{m.message_id}", default=m.feedback)
             turn_view.copy_control(m)
+            self._versions(m)
         if value != m.feedback:
             with ui.errors_shown():
                 written = self.chat.set_feedback(self.me.user_id, m, value)
                 self.view.saved(written.value)
                 self._adopt(m.session_id, written.version)
+
+    # --- versions: Regenerate, Edit, and switching between a turn's answers --------------------------------
+    def _versions(self, m: Message) -> None:
+        """Under a finished answer: Regenerate (the answer is kept as an earlier version) and, once the turn has
+        several, ‹ n / N › to switch between them (the one left selected is what later turns build on)."""
+        busy = self.writing_here()
+        st.button(
+            "Regenerate",
+            key=f"regen-{m.message_id}",
+            icon=":material/autorenew:",
+            type="tertiary",
+            disabled=busy,
+            help="Answer this question again; this answer is kept, and you can switch back to it.",
+            on_click=self._regenerate,
+            args=(m.message_id, None),
+        )
+        if m.versions > 1:
+            turn_view.version_switch(m, disabled=busy, pick=self._flip)
+
+    def _turn_named(self, message_id: str) -> Message | None:
+        return next((t for t in self.view.messages if t.message_id == message_id), None)
+
+    def _regenerate(self, message_id: str, question: str | None) -> None:
+        """A click's callback (before the page runs): the new version is committed, then followed in place."""
+        m = self._turn_named(message_id)
+        if m is None or self.view.session is None:
+            return
+        with ui.errors_shown():
+            try:
+                sent = self.chat.regenerate(
+                    self.me.user_id,
+                    self.view.session,
+                    m,
+                    history=self.view.messages,
+                    summary=self.view.summary,
+                    cache=self.cache,
+                    question=question,
+                )
+            except ChatError as exc:
+                st.session_state[VERSION_ERROR] = (message_id, str(exc))
+                if question is not None:
+                    st.session_state[f"{EDIT_BOX}{message_id}"] = question  # the edit is kept in its box
+                return
+            self.view.saved(sent.message)
+            if self.view.summary is not None and self.view.summary.covered_until >= message_id:
+                self.view.summary = None  # it covered the turn that changed: dropped (lib.turn.chat)
+            self._adopt(sent.session.session_id, sent.version)
+            self._after_save_expected(sent)
+            st.session_state.pop(f"{EDIT_OPEN}{message_id}", None)
+
+    def _flip(self, message_id: str, version: int) -> None:
+        m = self._turn_named(message_id)
+        if m is None or self.view.session is None:
+            return
+        try:
+            written = self.chat.flip(self.me.user_id, self.view.session, m, version, summary=self.view.summary)
+        except ChatError as exc:
+            st.session_state[VERSION_ERROR] = (message_id, str(exc))
+            return
+        self.view.saved(written.value)
+        if self.view.summary is not None and self.view.summary.covered_until >= message_id:
+            self.view.summary = None
+        self._adopt(m.session_id, written.version)
+
+    def _edit_control(self, m: Message) -> None:
+        """Under the newest question: Edit opens its text in a box; sending it asks it instead (a new version of
+        the turn: the old question and its answer are kept)."""
+        if not self._is_newest(m) or m.status == PENDING or self.writing_here():
+            return
+        box = st.popover(
+            "Edit", icon=":material/edit:", type="tertiary", key=f"{EDIT_OPEN}{m.message_id}", on_change="rerun"
+        )
+        if not box.open:
+            return
+        key = f"{EDIT_BOX}{m.message_id}"
+        st.session_state.setdefault(key, m.input_body)
+        box.text_area("Edit your question", key=key, height=150)
+        box.button(
+            "Send edited question",
+            key=f"edit-send-{m.message_id}",
+            icon=":material/send:",
+            type="primary",
+            on_click=lambda: self._regenerate(m.message_id, st.session_state.get(key, "")),
+        )
+
+    def _is_newest(self, m: Message) -> bool:
+        return bool(self.view.messages) and self.view.messages[-1].message_id == m.message_id
+
+    def _version_error(self, m: Message) -> None:
+        error = st.session_state.get(VERSION_ERROR)
+        if error and error[0] == m.message_id:
+            del st.session_state[VERSION_ERROR]
+            st.error(error[1], icon=":material/error:")
 
     # --- a turn, answered by a worker -----------------------------------------------------------------
     def ask(self, question: str) -> None:

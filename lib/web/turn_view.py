@@ -64,6 +64,32 @@ def question(m: Message) -> None:
     )
 
 
+def version_switch(m: Message, *, disabled: bool, pick: Callable[[str, int], None]) -> None:
+    """‹ n / N ›: the turn's selected version among its versions, and a step to the one before or after."""
+    with st.container(horizontal=True, vertical_alignment="center", gap=None, key=f"versions-{m.message_id}"):
+        st.button(
+            "",
+            key=f"ver-prev-{m.message_id}",
+            icon=":material/chevron_left:",
+            type="tertiary",
+            disabled=disabled or m.version <= 1,
+            help="The previous version of this answer",
+            on_click=pick,
+            args=(m.message_id, m.version - 1),
+        )
+        st.caption(f"{m.version} / {m.versions}")
+        st.button(
+            "",
+            key=f"ver-next-{m.message_id}",
+            icon=":material/chevron_right:",
+            type="tertiary",
+            disabled=disabled or m.version >= m.versions,
+            help="The next version of this answer",
+            on_click=pick,
+            args=(m.message_id, m.version + 1),
+        )
+
+
 def copy_control(m: Message) -> None:
     """The answer as Markdown in a code box whose copy icon puts it on the clipboard (drawn only when opened)."""
     box = st.popover(

@@ -65,6 +65,12 @@ SETTINGS: dict[str, tuple[str, str]] = {
         "Model or inference-profile id for the `bedrock` provider (required with it: ids "
         "depend on what your account enabled).",
     ),
+    "CHAT_MODELS": (
+        "",
+        'JSON list of the models people may pick per chat: `[{"id": "claude-haiku-4-5", "name": "Claude Haiku '
+        '4.5", "input": 1, "output": 5}]` (prices in USD per M tokens, optional). The default stays `CHAT_MODEL` '
+        "(or `CHAT_BEDROCK_MODEL`), listed first. Unset: the default alone, no picker. Ignored by the demo provider.",
+    ),
     "CHAT_BEDROCK_REGION": ("", "Bedrock region; unset: `CHAT_REGION`."),
     "CHAT_BEDROCK_BASE_URL": ("", "Bedrock endpoint override (a VPC endpoint)."),
     "CHAT_MAX_TOKENS": ("4096", "Most tokens one answer may have."),
@@ -215,6 +221,7 @@ class Settings:
     price_rru_per_m: float
     price_storage_gb_month: float
     model_prices: str
+    models: str
     summary_model: str
     verbatim_turns: int
     summary_every: int

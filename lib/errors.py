@@ -22,6 +22,10 @@ class VersionChanged(ChatError):
     still being answered."""
 
 
+class ModelNotOffered(ChatError):
+    """A question asked for a model id that is not on the list this deployment offers (CHAT_MODELS)."""
+
+
 class MessageNotFound(ChatError):
     """No message with that id in the user's session."""
 

@@ -11,6 +11,7 @@ from types import SimpleNamespace
 from lib.config import Settings
 from lib.context.engine import ContextEngine
 from lib.database import Database, open_database
+from lib.model.catalog import Catalog
 from lib.model.models import AnthropicModel, ChatModel, DemoModel
 from lib.search.indexer import Indexer, make_indexer, searchable_indexer
 from lib.storage.store import ChatStore
@@ -87,5 +88,14 @@ def build_services(settings: Settings) -> Services:
         database.client, database.table, database.meter, model, settings, ledger, indexer=indexer, index_ready=ready
     )
     generations = make_generations(settings)
-    chat = ChatService(settings, store, model, ledger, engine, generations, local=database.local)
+    chat = ChatService(
+        settings,
+        store,
+        model,
+        ledger,
+        engine,
+        generations,
+        local=database.local,
+        catalog=Catalog.from_settings(settings),
+    )
     return Services(settings, database, store, model, ledger, indexer, engine, generations, chat)

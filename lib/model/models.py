@@ -140,6 +140,10 @@ class ChatModel(Protocol):
 
     def title(self, question: str, answer: str) -> tuple[str, Usage]: ...
 
+    def using(self, model_id: str) -> "ChatModel":
+        """The same client answering with another model id (lib/model/catalog.py: a chat's pick)."""
+        ...
+
 
 COMPLETE_TIMEOUT_S = 60.0  # a background summary or extraction never waits on the model longer than this
 
@@ -218,6 +222,11 @@ class AnthropicModel:
         self.name = name
         self.max_tokens = max_tokens
         self.provider = provider
+
+    def using(self, model_id: str) -> AnthropicModel:
+        if model_id == self.name:
+            return self
+        return AnthropicModel(self._client, model_id, self.max_tokens, provider=self.provider)
 
     def stream(self, prompt: Prompt) -> Reply:
         def source() -> Iterator[Any]:
@@ -335,6 +344,9 @@ class DemoModel:
             yield Usage(input_tokens=input_tokens, output_tokens=estimate_tokens(answer))
 
         return Reply(self.name, source())
+
+    def using(self, model_id: str) -> DemoModel:
+        return self  # the demo answers every question itself (its catalog lists only itself)
 
     def title(self, question: str, answer: str) -> tuple[str, Usage]:
         title = demo_title(question)

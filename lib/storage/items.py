@@ -97,6 +97,7 @@ def meta_item(user_id: str, session: Session) -> dict:
             "create_time": session.create_time,
             "last_message_time": session.last_message_time,
             "message_count": session.message_count,
+            "model": session.model,
         }
     )
 

@@ -24,6 +24,7 @@ class Session:
     create_time: str
     last_message_time: str
     message_count: int
+    model: str | None = None  # the model id the chat's last question was sent to (lib/model/catalog.py)
 
     @classmethod
     def from_item(cls, item: dict[str, Any]) -> Session:
@@ -34,6 +35,7 @@ class Session:
             create_time=item["create_time"],
             last_message_time=item["last_message_time"],
             message_count=int(item["message_count"]),
+            model=item.get("model"),
         )
 
 

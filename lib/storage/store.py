@@ -94,7 +94,13 @@ class ChatStore:
     # --- writes ---------------------------------------------------------
 
     def create_session(
-        self, user_id: str, input_body: str, *, system_prompt_id: str, title: str | None = None
+        self,
+        user_id: str,
+        input_body: str,
+        *,
+        system_prompt_id: str,
+        title: str | None = None,
+        model: str | None = None,
     ) -> tuple[Session, Message]:
         """Commit a new session and its pending first question in one transaction: 3 Puts and the user registry.
 
@@ -105,7 +111,8 @@ class ChatStore:
         message_item, message = items.pending_message(
             user_id, session_id, input_body, system_prompt_id, at, keys.new_id()
         )
-        session = Session(session_id, user_id, items.valid_title(title or default_title(input_body)), at, at, 1)
+        title = items.valid_title(title or default_title(input_body))
+        session = Session(session_id, user_id, title, at, at, 1, model=model)
         with self._db.action("create", user_id), self._outcome_checked(user_id, message, committed_index=2):
             self._call(
                 "transact_write_items",
@@ -139,12 +146,13 @@ class ChatStore:
         return session, message
 
     def send_message(
-        self, user_id: str, session: Session, input_body: str, *, system_prompt_id: str
+        self, user_id: str, session: Session, input_body: str, *, system_prompt_id: str, model: str | None = None
     ) -> tuple[Session, Message]:
         """Commit a pending question and move the session to the top of the sidebar, in one transaction.
 
         `session.last_message_time` is the :old the caller read with the session:
-        no read precedes the write. Raises SessionChanged if other tabs keep winning.
+        no read precedes the write. Raises SessionChanged if other tabs keep winning. `model`: the model id the
+        question goes to, kept on the meta in the same Update (the chat's choice for its next question).
         """
         message_id = keys.new_id()
         message_item, message = items.pending_message(
@@ -160,9 +168,10 @@ class ChatStore:
                 self._db.action("send", user_id, prior=self._session_sizes(user_id, session)),
                 self._outcome_checked(user_id, message, committed_index=0),
             ):
-                self._send_transaction(user_id, session, message_item, at)
+                self._send_transaction(user_id, session, message_item, at, model)
             if not lost_race:
                 sent = replace(session, last_message_time=at, message_count=session.message_count + 1)
+                sent = replace(sent, model=model) if model is not None else sent
                 return sent, replace(message, create_time=at)
             if attempt == MAX_RACE_RETRIES:
                 raise SessionChanged(
@@ -229,8 +238,11 @@ class ChatStore:
         meta = items.meta_item(user_id, session)
         return items.sizes(meta, items.list_item(user_id, session))
 
-    def _send_transaction(self, user_id: str, session: Session, message_item: dict, at: str) -> None:
+    def _send_transaction(
+        self, user_id: str, session: Session, message_item: dict, at: str, model: str | None = None
+    ) -> None:
         old = session.last_message_time
+        chosen = ", model = :model" if model is not None else ""
         self._call(
             "transact_write_items",
             TransactItems=[
@@ -247,11 +259,11 @@ class ChatStore:
                         # that missed a rename must re-read the meta rather than put the old title back
                         "TableName": self._table,
                         "Key": to_item(keys.meta_key(user_id, session.session_id)),
-                        "UpdateExpression": "SET last_message_time = :new ADD message_count :one",
+                        "UpdateExpression": f"SET last_message_time = :new{chosen} ADD message_count :one",
                         "ConditionExpression": "last_message_time = :old AND #title = :title",
                         "ExpressionAttributeNames": {"#title": "title"},
                         "ExpressionAttributeValues": to_item(
-                            {":new": at, ":old": old, ":one": 1, ":title": session.title}
+                            {":new": at, ":old": old, ":one": 1, ":title": session.title, ":model": model}
                         ),
                     }
                 },

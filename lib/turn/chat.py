@@ -36,6 +36,7 @@ from lib.context.cache import ContextCache, MemoryState
 from lib.context.engine import ContextEngine
 from lib.context.summaries import SummaryOutcome
 from lib.errors import ChatError, EmptyQuestion, VersionChanged
+from lib.model.catalog import Catalog, ModelChoice
 from lib.model.models import ChatModel
 from lib.search.indexer import index_turn_after_save
 from lib.storage.records import DONE, Message, Session, Summary
@@ -93,8 +94,11 @@ class ChatService:
         generations: Generations,
         *,
         local: bool = False,
+        catalog: Catalog | None = None,
     ):
         self.settings, self.store, self.model, self.ledger = settings, store, model, ledger
+        # The models a chat may pick (CHAT_MODELS); a question goes to one of these ids and no other.
+        self.catalog = catalog or Catalog((ModelChoice(model.name, model.name),))
         self.engine, self.generations = engine, generations
         self.hot = generations.hot  # lib.hot.tier.HotTier with CHAT_REDIS_URL, else None
         # Change counters per chat: the hot tier's (every replica) or this process's own (its tabs).
@@ -111,15 +115,18 @@ class ChatService:
         history: list[Message],
         summary: Summary | None,
         cache: ContextCache,
+        model: str | None = None,
     ) -> Sent:
-        """Commit `question` (a new chat when `session` is None) and start its answer. Raises GenerationLimit
-        (nothing committed) or the store's domain errors; the caller keeps the text on any ChatError."""
+        """Commit `question` (a new chat when `session` is None) and start its answer, with `model` (an id of the
+        catalog; None: the chat's own, else the default). Raises GenerationLimit or ModelNotOffered (nothing
+        committed) or the store's domain errors; the caller keeps the text on any ChatError."""
         if not question.strip():
             raise EmptyQuestion("Type a question first.")
+        answering = self._model(session, model)
         with self.generations.admitted(user_id, session.session_id if session else None) as admission:
             turn = begin_turn(
                 self.store,
-                self.model,
+                answering,
                 user_id,
                 session,
                 question,
@@ -179,6 +186,7 @@ class ChatService:
         summary: Summary | None,
         cache: ContextCache,
         question: str | None = None,
+        model: str | None = None,
     ) -> Sent:
         """A new version of a finished turn, answered in place; the earlier answer is kept (lib/storage/versions.py).
         With `question`, an Edit: the new version asks that instead (the newest question only: a later turn was
@@ -188,10 +196,11 @@ class ChatService:
                 raise EmptyQuestion("Type a question first.")
             if any(m.message_id > message.message_id for m in history):
                 raise VersionChanged("Only the newest question can be edited: later turns were answered after it.")
+        answering = self._model(session, model)
         with self.generations.admitted(user_id, session.session_id, message_id=message.message_id) as admission:
             turn = regenerate_turn(
                 self.store,
-                self.model,
+                answering,
                 user_id,
                 session,
                 message,
@@ -244,6 +253,14 @@ class ChatService:
             quietly("memories", lambda m=memory: self.engine.memories.delete(user_id, m.memory_id))
         if stale:
             cache.memory[user_id] = MemoryState([m for m in state.memories if m not in stale], state.enabled)
+
+    def _model(self, session: Session | None, picked: str | None) -> ChatModel:
+        """The model a question goes to: the one picked (refused unless the catalog offers it), else the chat's own
+        while it is still offered, else the default."""
+        choice = (
+            self.catalog.check(picked) if picked is not None else self.catalog.resolve(session and session.model)[0]
+        )
+        return self.model.using(choice.id)
 
     def stop(self, message_id: str) -> None:
         """Stop an answer written here, or (hot tier) by another replica: its worker notices within ~0.25 s."""

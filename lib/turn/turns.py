@@ -174,15 +174,18 @@ def begin_turn(
     cache=None,
     summary=None,
 ) -> Turn:
-    """Commit the question (create_session or send_message: one transaction), before any model call.
+    """Commit the question (create_session or send_message: one transaction), before any model call; the
+    chat's meta keeps the id of the model that answers (`model.name`) in the same transaction.
 
     With `engine` (lib.context.engine.ContextEngine) and `cache` (the browser session's ContextCache), the
     context has memories, the `summary` the page read with the chat, and recalled older turns (at most 2
     requests beyond the page's, after the commit); without, the newest loaded turns that fit."""
     if session is None:
-        session, message = store.create_session(user_id, question, system_prompt_id=system_prompt_id)
+        session, message = store.create_session(user_id, question, system_prompt_id=system_prompt_id, model=model.name)
     else:
-        session, message = store.send_message(user_id, session, question, system_prompt_id=system_prompt_id)
+        session, message = store.send_message(
+            user_id, session, question, system_prompt_id=system_prompt_id, model=model.name
+        )
     context = _context(
         engine,
         cache,

@@ -45,6 +45,16 @@ class Prices:
                 models.update({str(k): (float(v[0]), float(v[1])) for k, v in extra.items()})
             except (ValueError, TypeError, IndexError, AttributeError) as exc:
                 raise ConfigError('CHAT_MODEL_PRICES must be JSON like {"my-model": [3, 15]}.') from exc
+        from lib.model.catalog import parse
+
+        # The prices CHAT_MODELS gives its models (checked at start: a bad entry is refused there).
+        models.update(
+            {
+                c.id: (c.input_per_m, c.output_per_m)
+                for c in parse(getattr(settings, "models", ""))
+                if c.input_per_m is not None
+            }
+        )
         # Embedding tokens are ledger tokens of the embedding model: the local one is free, Bedrock's as configured.
         embed = getattr(settings, "embed_model", "")
         if getattr(settings, "embed_provider", "") == "local":

@@ -54,6 +54,9 @@ class ChatPage(LiveTurns):
         self.suggested: str | None = None
         self.following: list[live_view.Followed] = []  # live answers placed on this run's page
         self.rerun_when_saved = False  # this run's question moved the chat in the sidebar: redraw it once saved
+        self.tail = st  # set by `composer`: the container under the turns, where a new turn is drawn
+        self.turns_box = None  # set by `reserve_turns`: where the open chat's turns are drawn
+        self.in_tail: set[str] = set()  # turns this run drew under the others (a question just sent)
 
     # --- state --------------------------------------------------------------------------------------
     def load(self) -> None:
@@ -156,6 +159,36 @@ class ChatPage(LiveTurns):
                     mime="application/json",
                     data=lambda: export.to_json(session, self.store.all_messages(user_id, session.session_id)),
                 )
+            self.model_picker()
+
+    def model_picker(self) -> None:
+        """The model the next question goes to, when the deployment offers several (CHAT_MODELS): the chat's own
+        (kept on its meta with each question), else the default. Picking costs no request; the send carries it."""
+        catalog = self.chat.catalog
+        if not catalog.pickable:
+            return
+        chosen, note = catalog.resolve(self.view.session.model if self.view.session else None)
+        ids = [c.id for c in catalog.choices]
+        names = {c.id: c.name for c in catalog.choices}
+        st.selectbox(
+            "Model",
+            ids,
+            index=ids.index(chosen.id),
+            format_func=names.get,
+            key=self._model_key(),
+            label_visibility="collapsed",
+            help="The model your next question goes to; each answer says which model wrote it.",
+            width=220,
+        )
+        if note:
+            st.caption(note)
+
+    def _model_key(self) -> str:
+        return f"model-{self.view.open_id or 'new'}"
+
+    def _picked_model(self) -> str | None:
+        """The picker's value (None without a picker: the chat's own, or the default, server-side)."""
+        return st.session_state.get(self._model_key()) if self.chat.catalog.pickable else None
 
     def _rename(self, key: str) -> None:
         """Runs before the page: a saved rename closes the popover; a failed one keeps it open with the error."""
@@ -167,7 +200,18 @@ class ChatPage(LiveTurns):
         except ChatError as exc:
             st.session_state["rename_error"] = str(exc)
 
+    def reserve_turns(self) -> None:
+        """The place of the open chat's turns, made before the composer so they are drawn above a new turn, and
+        drawn after it (see `composer`)."""
+        self.turns_box = st.container()
+
     def turns(self) -> None:
+        if self.turns_box is None:
+            return  # no chat open (the welcome screen, or not found)
+        with self.turns_box:
+            self._turns()
+
+    def _turns(self) -> None:
         view = self.view
         if st.session_state.get("summary_error"):
             st.error(st.session_state.pop("summary_error"), icon=":material/error:")
@@ -175,7 +219,8 @@ class ChatPage(LiveTurns):
             with ui.errors_shown():
                 view.load_earlier(self.store)
                 st.rerun()
-        pages, newest = turn_view.groups(view.messages, turn_view.PAGE_TURNS - (view.summary is not None))
+        shown = [m for m in view.messages if m.message_id not in self.in_tail]  # a new turn is drawn under them
+        pages, newest = turn_view.groups(shown, turn_view.PAGE_TURNS - (view.summary is not None))
         number = view.session.message_count - len(view.messages) + 1
         for index, page in enumerate(pages):
             target = st.session_state.get(SCROLL_TO) in {m.message_id for m in page}
@@ -284,8 +329,9 @@ class ChatPage(LiveTurns):
         in place as it is saved, under what was drawn, so the page is not sent again. A rerun instead when
         the page around it changed: a first turn's new title, an answer cut to fit its item, or the hot tier
         lost it (the rerun follows any answer still being written)."""
-        if self.following:
-            live_view.follow(self.following, ended=self._finish)
+        waiting = [f for f in self.following if f.ended is None and not f.gone]  # the composer's may have ended
+        if waiting:
+            live_view.follow(waiting, ended=self._finish)
 
     def _finish(self, followed: live_view.Followed) -> None:
         self.sync_live()  # the loaded chat learns the saved turn (no request)
@@ -381,6 +427,7 @@ class ChatPage(LiveTurns):
                     summary=self.view.summary,
                     cache=self.cache,
                     question=question,
+                    model=self._picked_model(),
                 )
             except ChatError as exc:
                 st.session_state[VERSION_ERROR] = (message_id, str(exc))
@@ -453,6 +500,7 @@ class ChatPage(LiveTurns):
                     history=self.view.messages,
                     summary=self.view.summary,
                     cache=self.cache,
+                    model=self._picked_model(),
                 )
             except ChatError as exc:  # nothing typed is lost; the composer shows why, also after a rerun
                 st.session_state["unsent"], st.session_state[UNSENT_REASON] = question, str(exc)
@@ -472,7 +520,9 @@ class ChatPage(LiveTurns):
             # chat in the sidebar (to the top, or under 'Today'), the page reruns once the answer is saved, not
             # before its first text (a rerun there sends every turn on screen again, first).
             self.rerun_when_saved = not in_place
-            self._turn(sent.message)
+            self.in_tail.add(sent.message.message_id)
+            with self.tail:
+                self._turn(sent.message)
 
     @staticmethod
     def _after_save_expected(sent) -> None:
@@ -503,6 +553,7 @@ class ChatPage(LiveTurns):
         self.welcome = st.empty()
         with self.welcome.container():
             st.title("What can I help with?", anchor=False)
+            self.model_picker()
             st.caption("Your chats are private to you and saved, so you can pick them up on any device.")
             with st.container(horizontal=True, gap="small", key="suggestions"):
                 for suggestion in SUGGESTIONS:
@@ -523,13 +574,25 @@ class ChatPage(LiveTurns):
                     st.rerun()
 
     def composer(self) -> None:
+        """The chat input and, on a send, the new turn: drawn under the turns and followed up to its first text
+        before the turns above are drawn (app.py draws them next, into the place it made for them), so the
+        browser gets the new question and its answer's first words without waiting for every turn on screen to
+        be sent again first, a cost that grew with the turns shown."""
+        self.tail = st.container()
+        self._composer()
+        if self.following:
+            live_view.follow(self.following, ended=self._finish, first_text=True)
+
+    def _composer(self) -> None:
+        suggested, self.suggested = self.suggested, None  # a suggestion is sent once, by the run that clicked it
         if st.session_state.pop(TYPE_AHEAD, False):
             st.info(
                 "Not sent yet: the answer above is still being written. Your message is kept in the box; "
                 "send it once the answer is finished, or Stop the answer first.",
                 icon=":material/schedule:",
             )
-        question = st.chat_input("Ask anything…", key=COMPOSER, on_submit=self._refuse_type_ahead) or self.suggested
+        typed = st.chat_input("Ask anything…", key=COMPOSER, on_submit=self._refuse_type_ahead)
+        question = typed or suggested
         if question:
             st.session_state.pop("unsent", None)
             st.session_state.pop(UNSENT_REASON, None)

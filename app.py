@@ -17,9 +17,10 @@ if page.view.not_found:
     page.not_found()
 elif page.view.session is not None:
     page.header()
-    page.turns()
+    page.reserve_turns()
 else:
     page.welcome_screen()
-page.composer()
+page.composer()  # a question sent now is drawn, and followed to its first text, before the turns above it
+page.turns()
 page.watch_changes()
 page.follow_live()  # last: it runs until the answers being written are saved

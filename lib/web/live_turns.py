@@ -70,10 +70,15 @@ class LiveTurns:
             return
         chat, view, store, user = self.chat, self.view, self.store, self.me.user_id
         open_id = view.open_id
+
+        def known() -> int | None:
+            # What this tab's own workers wrote since (a summary after the save) moved the counter too: applied
+            # first (no request), so only someone else's write makes the chat reload.
+            self.sync_live()
+            return view.version
+
         live_view.watch_changes(
-            lambda: chat.version(user, open_id),
-            lambda: view.version,
-            lambda: view.navigate(store, open_id, chat.counters),
+            lambda: chat.version(user, open_id), known, lambda: view.navigate(store, open_id, chat.counters)
         )
 
     def orphaned(self, m) -> bool:

@@ -90,15 +90,18 @@ def follow(
     beat: Any = None,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
+    first_text: bool = False,
 ) -> None:
     """Follow every placed answer until each is saved or gone, handing each to `ended` as soon as it is
-    (the page finishes it there, while the others are still followed).
+    (the page finishes it there, while the others are still followed). With `first_text`, an answer is let go
+    once its first text is drawn (the page draws the rest of itself, then follows it on).
 
     Between reads the run makes a Streamlit call every YIELD_S (an empty placeholder, a few bytes): that
     is where Streamlit stops it for a click, so Stop and navigation answer within a tenth of a second."""
     beat = st.empty() if beat is None else beat
     for f in items:
-        f.paced = PacedRenderer(f.body, clock=clock)
+        if f.paced is None:  # followed before (up to its first text): it goes on from what it drew
+            f.paced = PacedRenderer(f.body, clock=clock)
         f.read_at = clock()
     waiting = list(items)
     while waiting:
@@ -110,6 +113,8 @@ def follow(
                 if f.ended is not None or f.gone:
                     waiting.remove(f)
                     ended(f)
+                elif first_text and len(f.paced):
+                    waiting.remove(f)
         if not drew:
             beat.empty()
         if waiting:

@@ -2,6 +2,7 @@
 journal it replaced (lib/embedded/server.py at commit 937fb9b, taken from git history at run time).
 
     python bench/local_db.py [--sizes 1000,10000,100000] [--runs 3] [--no-chromium]
+    python bench/local_db.py --vectors [--runs 5]   # a user's first Queries after a restart, 0 vs 10,000 vectors
 
 Each measurement is a fresh process (sizes and implementations interleaved): from launching
 `python` to the first sidebar Query answered (the first thing a page does), its RSS then, the
@@ -10,6 +11,11 @@ Streamlit runs after every script run). "sqlite FULL" is the same code with
 `PRAGMA synchronous=FULL` (an fsync per commit), to show what it would cost.
 With Debian's chromium installed, also `streamlit run app.py` cold, to the first page rendered in Chromium
 with its sidebar rows, and the server's RSS then (the journal runs through the app via APP_WITH_JOURNAL).
+
+`--vectors`: one user with 30 chats and 5 memories, and 0 or 10,000 vector items (about 2 KB each, 256 numbers)
+in the same partition; each run is a fresh process on the folder, timing its first sidebar Query and then the
+memory Query (and, in another fresh process, the memory Query first), with the SQLite rows each read and the
+moto Items each built.
 """
 
 from __future__ import annotations
@@ -281,12 +287,117 @@ def child(impl: str, folder: Path, old: Path, **env: str) -> dict:
     return result
 
 
+VECTOR_CHILD = r"""
+import json, sys, time
+from lib.database import local_client
+from lib.embedded import partitions
+from lib.embedded.server import LocalDynamo
+from lib.storage.memories import MemoryStore
+from lib.storage.store import ChatStore
+folder, order = sys.argv[1], sys.argv[2].split(",")
+server = LocalDynamo(folder).start()
+client = local_client(server)
+client.describe_table(TableName="chat")  # the connection is open before the first Query
+store, memories = ChatStore(client, "chat", cursor_secret="bench"), MemoryStore(client, "chat")
+out = {}
+for name in order:
+    rows, built = getattr(server.disk, "rows_read", 0), getattr(partitions.Loads, "built", 0)
+    began = time.perf_counter()
+    found = len(store.list_sessions(sys.argv[3]).items) if name == "sidebar" else len(memories.load(sys.argv[3])[0])
+    out[name] = {"ms": (time.perf_counter() - began) * 1000, "found": found,
+                 "rows": getattr(server.disk, "rows_read", 0) - rows, "built": getattr(partitions.Loads, "built", 0) - built}
+print("vectors", json.dumps(out), flush=True)
+server.stop()
+"""
+
+
+def vector_folder(folder: Path, vectors: int) -> None:
+    """DEV_USER's 30 chats and 5 memories, then `vectors` turn vector items in the same partition."""
+    from lib.database import local_client
+    from lib.embedded.server import LocalDynamo
+    from lib.storage import keys
+    from lib.storage.memories import MemoryStore
+    from lib.storage.schema import create_table
+    from lib.storage.store import ChatStore
+    from lib.storage.vectors import TurnVector, VectorStore
+
+    rng = random.Random(vectors)
+    server = LocalDynamo(folder).start()
+    try:
+        client = local_client(server)
+        create_table(client, "chat", wait=False)
+        store = ChatStore(client, "chat", cursor_secret="bench")
+        for i in range(30):
+            store.create_session(DEV_USER, f"question {i}", system_prompt_id="p")
+        for i in range(5):
+            MemoryStore(client, "chat").add(DEV_USER, f"fact number {i} about me", session_id=None, message_id=None)
+        session, turns = keys.new_id(), []
+        for _ in range(vectors):
+            vector = [rng.uniform(-1, 1) for _ in range(256)]
+            turns.append(TurnVector(session, keys.new_id(), "A chat", "snippet " * 40, keys.now(), "bench", vector))
+        for start in range(0, vectors, 500):
+            VectorStore.open(client, "chat").put_turns(DEV_USER, turns[start : start + 500])
+    finally:
+        server.stop()
+
+
+def vector_queries(runs: int) -> None:
+    """The --vectors figures (module docstring)."""
+    work = Path(tempfile.mkdtemp(prefix="bench-local-db-vectors-"))
+    try:
+        folders = {n: work / f"vectors-{n}" for n in (0, 10_000)}
+        for n, folder in folders.items():
+            vector_folder(folder, n)
+        found: dict[tuple[int, str], list[dict]] = {}
+        for _ in range(runs):
+            for n, folder in folders.items():
+                for order in ("sidebar,memory", "memory"):
+                    run = subprocess.run(
+                        [sys.executable, "-c", VECTOR_CHILD, str(folder), order, DEV_USER],
+                        cwd=ROOT,
+                        capture_output=True,
+                        text=True,
+                        check=True,
+                    )
+                    result = json.loads(run.stdout.split("vectors ", 1)[1])
+                    for i, name in enumerate(order.split(",")):
+                        found.setdefault((n, f"{name} ({'first' if i == 0 else 'after the sidebar'})"), []).append(
+                            result[name]
+                        )
+        print(
+            f"\nA user's first Queries after a restart, {runs} fresh processes each: ms (range), SQLite rows read, Items built"
+        )
+        rows = []
+        for (n, what), results in found.items():
+            times = sorted(r["ms"] for r in results)
+            rows.append(
+                [
+                    f"{n:,}",
+                    what,
+                    f"{statistics.median(times):,.1f}",
+                    f"{times[0]:,.1f}-{times[-1]:,.1f}",
+                    results[0]["found"],
+                    results[0]["rows"],
+                    results[0]["built"],
+                ]
+            )
+        print_table(
+            ["vector items", "Query", "median ms", "range ms", "items returned", "rows read", "Items built"], rows
+        )
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--sizes", default="1000,10000,100000")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--no-chromium", action="store_true")
+    parser.add_argument("--vectors", action="store_true", help="only the first Queries of a user with vector items")
     args = parser.parse_args()
+    if args.vectors:
+        vector_queries(args.runs)
+        return
     chromium = None if args.no_chromium else (shutil.which("chromium") or shutil.which("chromium-browser"))
     sizes = [int(s) for s in args.sizes.split(",")]
     work = Path(tempfile.mkdtemp(prefix="bench-local-db-"))

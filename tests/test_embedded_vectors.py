@@ -13,7 +13,14 @@ from botocore.exceptions import ClientError
 
 from lib.database import local_client
 from lib.embedded.server import LocalDynamo
-from lib.storage.schema import add_vector_index, create_table, vector_index_description
+from lib.storage.schema import (
+    VECTOR_ATTRIBUTE_DEFINITIONS,
+    add_vector_index,
+    create_table,
+    table_exists,
+    vector_index,
+    vector_index_description,
+)
 
 DIMS = 4
 
@@ -379,3 +386,89 @@ def test_searches_between_puts_overwrites_and_deletes_match_a_brute_force_rankin
         assert live == len(held) and rows <= 2 * live + 2 * part._FIRST  # dead rows are squeezed out
     finally:
         server.stop()
+
+
+class TestOnDemandOnly:
+    """DynamoDB keeps vector indexes on on-demand tables only; the embedded server refuses the rest as it does."""
+
+    KEYS = dict(
+        AttributeDefinitions=[{"AttributeName": a, "AttributeType": "S"} for a in ("pk", "sk")],
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
+    )
+    THROUGHPUT = {"ReadCapacityUnits": 5, "WriteCapacityUnits": 5}
+
+    @staticmethod
+    def refused(call: Any, **params: Any) -> str:
+        with pytest.raises(ClientError) as caught:
+            call(**params)
+        assert caught.value.response["Error"]["Code"] == "ValidationException"
+        return caught.value.response["Error"]["Message"]
+
+    @pytest.mark.parametrize("billing", [{}, {"BillingMode": "PROVISIONED"}])
+    def test_a_provisioned_table_with_a_vector_index_is_not_made(self, server, billing):
+        client = local_client(server)
+        name = f"v-{uuid.uuid4().hex[:10]}"
+        message = self.refused(
+            client.create_table,
+            TableName=name,
+            ProvisionedThroughput=self.THROUGHPUT,
+            VectorIndexes=[vector_index(DIMS)],
+            **billing,
+            **{**self.KEYS, "AttributeDefinitions": self.KEYS["AttributeDefinitions"] + VECTOR_ATTRIBUTE_DEFINITIONS},
+        )
+        assert "on-demand" in message and "PAY_PER_REQUEST" in message
+        assert not table_exists(client, name)
+
+    def test_a_vector_index_is_not_added_to_a_provisioned_table(self, server):
+        client = local_client(server)
+        name = f"v-{uuid.uuid4().hex[:10]}"
+        client.create_table(TableName=name, ProvisionedThroughput=self.THROUGHPUT, **self.KEYS)
+        try:
+            message = self.refused(add_vector_index, client=client, table_name=name, dimensions=DIMS)
+            assert "on-demand" in message
+            assert vector_index_description(client, name) is None
+        finally:
+            client.delete_table(TableName=name)
+
+    def test_a_table_with_a_vector_index_stays_on_demand(self, vtable):
+        client, table = vtable
+        message = self.refused(
+            client.update_table, TableName=table, BillingMode="PROVISIONED", ProvisionedThroughput=self.THROUGHPUT
+        )
+        assert "on-demand" in message
+        described = client.describe_table(TableName=table)["Table"]
+        assert described["BillingModeSummary"]["BillingMode"] == "PAY_PER_REQUEST"
+        assert vector_index_description(client, table)["IndexStatus"] == "ACTIVE"
+
+
+class TestSearchAnswer:
+    """A search sends each entry's stored JSON as it is, and sizes an entry for the consumed bytes only once."""
+
+    def test_text_of_every_kind_comes_back_as_written(self, vtable):
+        client, table = vtable
+        text = 'héllo \u2028 "quoted" \\ ✓ 中文 👋'
+        client.put_item(TableName=table, Item={**item("a", "VEC#1", (1, 0, 0, 0)), "text": {"S": text}})
+        found = search(client, table, "a", (1, 0, 0, 0), ReturnConsumedCapacity="TOTAL")
+        assert found["SearchResults"][0]["Item"]["text"] == {"S": text}
+        assert found["SearchResults"][0]["Score"] == pytest.approx(0.0)
+
+    def test_each_entry_is_sized_once_however_often_it_is_found(self, vtable, monkeypatch):
+        from lib.embedded import vectors
+
+        client, table = vtable
+        for i in range(5):
+            client.put_item(TableName=table, Item=item("a", f"VEC#{i}", (1, i, 0, 0)))
+        sized = []
+        original = vectors.item_size
+        monkeypatch.setattr(vectors, "item_size", lambda attrs: sized.append(1) or original(attrs))
+        first = search(client, table, "a", (1, 0, 0, 0), ReturnConsumedCapacity="TOTAL")
+        assert len(sized) == 5
+        again = search(client, table, "a", (1, 0, 0, 0), ReturnConsumedCapacity="TOTAL")
+        assert len(sized) == 5 and again["ConsumedCapacity"] == first["ConsumedCapacity"]
+        client.put_item(TableName=table, Item={**item("a", "VEC#0", (1, 0, 0, 0)), "text": {"S": "longer " * 50}})
+        grown = search(client, table, "a", (1, 0, 0, 0), ReturnConsumedCapacity="TOTAL")
+        assert len(sized) == 5 + 1 + 1  # the write sized its entry; the search sized the rewritten one once
+        assert (
+            grown["ConsumedCapacity"]["VectorSearchRequestBytes"]
+            > first["ConsumedCapacity"]["VectorSearchRequestBytes"]
+        )

@@ -37,6 +37,8 @@ from typing import Any, Iterator
 
 from lib.errors import ConfigError, StoreUnavailable
 
+SortBound = tuple[str, bool] | None  # (sk, inclusive), None: the partition's end
+
 FILE_NAME = "chat.sqlite3"
 LOCK_NAME = "lock"
 FORMAT_VERSION = "1"
@@ -114,6 +116,7 @@ class Disk:
         self._db = connection
         self._lock_file = lock_file
         self.failed: DiskError | None = None  # the last read that failed (moto may swallow the exception)
+        self.rows_read = 0  # rows every read so far returned (tests and benches count what a request cost)
         self.unsynced = False  # commits since the last checkpoint (they would not survive an OS crash yet)
 
     # --- opening -------------------------------------------------------------
@@ -207,10 +210,12 @@ class Disk:
 
     def _read(self, sql: str, params: tuple = ()) -> list[tuple]:
         try:
-            return self._db.execute(sql, params).fetchall()
+            rows = self._db.execute(sql, params).fetchall()
         except sqlite3.Error as exc:
             self.failed = DiskError(explain(exc, self.folder))
             raise self.failed from exc
+        self.rows_read += len(rows)
+        return rows
 
     def table_requests(self) -> list[tuple[str, str, dict]]:
         """(table, operation, request) in the order they were made."""
@@ -222,6 +227,45 @@ class Disk:
     def partition(self, table: str, pk: str) -> list[str]:
         """The JSON images of one partition's items."""
         return [row[0] for row in self._read("SELECT item FROM items WHERE tbl = ? AND pk = ?", (table, pk))]
+
+    def partition_rows(self, table: str, pk: str) -> list[tuple[str, str]]:
+        """(sk, image) of every item of one partition."""
+        return self._read("SELECT sk, item FROM items WHERE tbl = ? AND pk = ?", (table, pk))
+
+    def partition_keys(self, table: str) -> list[str]:
+        """The pk of every partition of a table that holds an item."""
+        return [row[0] for row in self._read("SELECT DISTINCT pk FROM items WHERE tbl = ?", (table,))]
+
+    def item(self, table: str, pk: str, sk: str) -> str | None:
+        """One item's image, or None."""
+        rows = self._read("SELECT item FROM items WHERE tbl = ? AND pk = ? AND sk = ?", (table, pk, sk))
+        return rows[0][0] if rows else None
+
+    def range_rows(
+        self,
+        table: str,
+        pk: str,
+        low: SortBound,
+        high: SortBound,
+        forward: bool,
+        limit: int,
+        *,
+        keys_only: bool = False,
+    ) -> list[tuple[str, str | None]]:
+        """(sk, image) of one partition's items between two sort-key bounds ((sk, inclusive), None: open), at most
+        `limit`, in sort-key order (descending unless `forward`); the image is None with `keys_only`. The primary
+        key's b-tree is walked from one bound: what is read is the range, not the partition."""
+        where, params = ["tbl = ?", "pk = ?"], [table, pk]
+        if low is not None:
+            where.append("sk >= ?" if low[1] else "sk > ?")
+            params.append(low[0])
+        if high is not None:
+            where.append("sk <= ?" if high[1] else "sk < ?")
+            params.append(high[0])
+        columns = "sk, NULL" if keys_only else "sk, item"
+        order = "ASC" if forward else "DESC"
+        sql = f"SELECT {columns} FROM items WHERE {' AND '.join(where)} ORDER BY sk {order} LIMIT ?"
+        return self._read(sql, (*params, limit))
 
     def rows_after(self, table: str, after: tuple[str, str] | None, limit: int) -> list[tuple[str, str, str]]:
         """(pk, sk, image) in key order (UTF-8 byte order = DynamoDB's string order), after `after`."""

@@ -9,9 +9,10 @@ Safe only with requests serialized (lib/embedded/server.py does that):
    numbers sized as text), recomputed over every attribute on each attribute set
    (quadratic per item) and counting a replaced attribute twice: the check uses
    DynamoDB's exact rule and 400 KB (lib/storage/itemsize.py), once per written item.
-4. Every Query sorts the whole table and scans it for the partition, so a sidebar
-   or a session gets slower as anyone's history grows: each partition keeps its
-   sort keys in order, and a Query bisects to its start and reads one page.
+4. Every Query sorts the whole table and walks the partition past every item outside
+   its key condition, so a sidebar gets slower as anyone's history grows, and as the
+   user's own vector items do: each partition keeps its sort keys in order, and a
+   Query bisects to its range's bounds and reads one page (lib/embedded/ranges.py).
 5. Tables on disk (lib/embedded/partitions.py): a plain Scan reads SQLite in key
    order and ItemCount is counted there, instead of loading every partition.
 6. An UpdateItem that moto refuses half-way (e.g. the item grew past 400 KB) keeps
@@ -31,19 +32,17 @@ defects back; tests/test_local_dynamo.py tests the effects.
 from __future__ import annotations
 
 import base64
-import bisect
 import copy
 import functools
 import inspect
 import json
 import threading
-from decimal import Decimal
 from typing import Any
 
+from lib.embedded.ranges import SortedPartition, Unsupported, after_start, bounds, page, sort_value
 from lib.errors import ConfigError
 from lib.storage.itemsize import ITEM_LIMIT_BYTES, item_size
 
-RESULT_SIZE_LIMIT = 1_000_000  # a Query page stops at 1 MB, as moto's own does
 MOTO_VERSION = "5.2.5"
 # The parameters of every moto function patched, wrapped or called with positional arguments here.
 SIGNATURES = {
@@ -374,42 +373,8 @@ def _tables_on_disk(table_class: Any) -> None:
     table_class.__len__ = __len__
 
 
-def _sort_value(key: Any) -> Any:
-    """A sort key's native value, ordered as DynamoDB orders it (strings by code point, numbers by value)."""
-    return Decimal(key.value) if key.type == "N" else key.value
-
-
-class SortedPartition(dict):
-    """One partition's items by sort key, with the keys also kept in order for bisecting (defect 5)."""
-
-    def __init__(self, *args: Any, **kwargs: Any):
-        super().__init__(*args, **kwargs)
-        self.key_of = {_sort_value(k): k for k in self}  # native value -> moto's key object
-        self.order = sorted(self.key_of)
-
-    def __setitem__(self, key: Any, value: Any) -> None:
-        if key not in self:
-            native = _sort_value(key)
-            bisect.insort(self.order, native)
-            self.key_of[native] = key
-        super().__setitem__(key, value)
-
-    def pop(self, key: Any, *default: Any) -> Any:
-        if key in self:
-            native = _sort_value(key)
-            del self.order[bisect.bisect_left(self.order, native)]
-            del self.key_of[native]
-        return super().pop(key, *default)
-
-    def __delitem__(self, key: Any) -> None:
-        self.pop(key)
-
-    def __reduce__(self) -> Any:
-        return (SortedPartition, (dict(self),))
-
-
 def _index_partitions(table_class: Any) -> None:
-    """New tables keep SortedPartitions; their plain-table Queries read one page instead of the whole table."""
+    """New tables keep SortedPartitions; their plain-table Queries read one page of their range, not the table."""
     from collections import defaultdict
 
     from moto.dynamodb.models.dynamo_type import DynamoType
@@ -441,11 +406,23 @@ def _index_partitions(table_class: Any) -> None:
     ) -> Any:
         partition = self.items.get(hash_key) if hash_key is not None else None
         if (
-            index_name
-            or filter_kwargs
-            or (range_key_conditions and len(range_key_conditions) > 1)
-            or not isinstance(partition, SortedPartition)
+            partition is None
+            and hash_key is not None
+            and getattr(self.items, "default_factory", None) is SortedPartition
         ):
+            partition = SortedPartition()  # no such partition: an empty page, without moto's walk of the table
+        try:
+            if index_name or filter_kwargs or (range_key_conditions and len(range_key_conditions) > 1):
+                raise Unsupported(index_name or "filter")
+            if not isinstance(partition, SortedPartition):
+                raise Unsupported("unsorted partition")
+            low, high = bounds(range_comparison, range_objs, self.range_key_type)
+            if exclusive_start_key is not None:
+                start = DynamoType(exclusive_start_key[self.range_key_attr])
+                if start.type != self.range_key_type:
+                    raise Unsupported("start key type")
+                low, high = after_start(low, high, sort_value(start), scan_index_forward)
+        except Unsupported:
             return original_query(
                 self,
                 hash_key,
@@ -462,31 +439,7 @@ def _index_partitions(table_class: Any) -> None:
                 range_key_conditions,
                 **filter_kwargs,
             )
-        order = partition.order
-        if exclusive_start_key is not None:
-            start = _sort_value(DynamoType(exclusive_start_key[self.range_key_attr]))
-            position = bisect.bisect_right(order, start) if scan_index_forward else bisect.bisect_left(order, start) - 1
-        else:
-            position = 0 if scan_index_forward else len(order) - 1
-        step = 1 if scan_index_forward else -1
-        results, size, scanned, last_key = [], 0, 0, None
-        while 0 <= position < len(order):
-            item = partition[partition.key_of[order[position]]]
-            if len(results) == limit or size + item.size() > RESULT_SIZE_LIMIT:
-                last_key = self._get_last_evaluated_key(results[-1], None)
-                break
-            position += step
-            if range_comparison and not item.range_key.compare(range_comparison, range_objs):
-                continue
-            results.append(item)
-            size += item.size()
-            scanned += 1
-        results = copy.deepcopy(results)
-        if filter_expression is not None:
-            results = [item for item in results if filter_expression.expr(item)]
-        if projection_expressions:
-            results = [r.project(projection_expressions) for r in results]
-        return results, scanned, last_key
+        return page(self, partition, low, high, limit, scan_index_forward, filter_expression, projection_expressions)
 
     table_class.__init__ = __init__
     table_class.query = query

@@ -332,7 +332,10 @@ def restore_table(app: Callable, disk: Disk, region: str, name: str) -> None:
 
 
 class _QuietHandler(WSGIRequestHandler):
-    """No access log: the app's own output stays readable."""
+    """No access log: the app's own output stays readable. No Nagle: werkzeug writes a response's headers and its
+    body in two sends, and Nagle holds a body's last segment back until the client acknowledges the headers."""
+
+    disable_nagle_algorithm = True
 
     def log_request(self, *args: Any, **kwargs: Any) -> None:
         pass

@@ -33,6 +33,7 @@ from lib.embedded.disk import Disk, key_text
 from lib.embedded.vector_search import (  # noqa: F401  (decorate, error_body, ok_body: the server's)
     MAX_TOP_K,
     VectorError,
+    answer_body,
     condition,
     decorate,
     error_body,
@@ -125,6 +126,7 @@ class _Partition:
 
     def __init__(self) -> None:
         self.entries: dict[tuple[str, str], tuple[dict, str]] = {}  # key -> (inline filters, projected item JSON)
+        self.sizes: dict[tuple[str, str], int] = {}  # key -> its item's size, once a search has returned it
         self._row: dict[tuple[str, str], int] = {}  # key -> its row
         self._keys: list[tuple[str, str] | None] = []  # row -> key; None once dropped
         self._vectors: np.ndarray | None = None  # (capacity, dimensions) float32; rows past len(_keys) unused
@@ -135,6 +137,7 @@ class _Partition:
 
     def put(self, key: tuple[str, str], filters: dict, vector: np.ndarray, item: str) -> None:
         self.entries[key] = (filters, item)  # the vector lives only in its matrix row (one copy in memory)
+        self.sizes.pop(key, None)
         row = self._row.get(key)
         if row is None:
             row = len(self._keys)
@@ -150,6 +153,7 @@ class _Partition:
     def drop(self, key: tuple[str, str]) -> None:
         if self.entries.pop(key, None) is None:
             return
+        self.sizes.pop(key, None)
         row = self._row.pop(key)
         self._keys[row] = None
         self._live[row] = False
@@ -200,6 +204,13 @@ class _Partition:
                 self._columns[name] = column
             rows &= self._columns[name][: len(self._keys)] == _filter_text(value)
         return rows
+
+    def size(self, key: tuple[str, str]) -> int:
+        """The size of an entry's item (DynamoDB's rule), computed the first time a search returns it."""
+        size = self.sizes.get(key)
+        if size is None:
+            size = self.sizes[key] = item_size(json.loads(self.entries[key][1]))
+        return size
 
     def matrix(self, dimensions: int) -> tuple[list, np.ndarray, np.ndarray]:
         """(row -> key, None for a dead row; the vectors as one float32 matrix; their norms): views, no copy.
@@ -259,9 +270,10 @@ class VectorState:
         projection = spec.get("Projection") or {"ProjectionType": "ALL"}
         return IndexDef(name, table, vector, hash_attr, filters, projection, dims, spec["DistanceFunction"], key_attrs)
 
-    def for_moto(self, operation: str, request: dict, backend: Any) -> bytes | None:
+    def for_moto(self, operation: str, request: dict, backend: Any, *, replay: bool = False) -> bytes | None:
         """Check a CreateTable/UpdateTable's vector parts (VectorError) and return the body moto can take: the
-        SearchSchema-only AttributeDefinitions left out (moto wants exactly the key attributes). None: unchanged."""
+        SearchSchema-only AttributeDefinitions left out (moto wants exactly the key attributes). None: unchanged.
+        `replay`: a request read back from disk at start, taken as it was when first accepted."""
         specs = (
             request.get("VectorIndexes")
             if operation == "CreateTable"
@@ -272,12 +284,15 @@ class VectorState:
             if operation == "UpdateTable"
             else []
         )
-        if not specs and not deletes:
-            return None
         name = request.get("TableName", "")
-        types = {a["AttributeName"]: a["AttributeType"] for a in request.get("AttributeDefinitions") or []}
         existing = self.defs.get(name, []) if operation == "UpdateTable" else []
         table = backend.tables.get(name)
+        if not replay:
+            kept = [d for d in existing if d.name not in deletes]
+            _check_on_demand(operation, request, table, len(kept) + len(specs or []))
+        if not specs and not deletes:
+            return None
+        types = {a["AttributeName"]: a["AttributeType"] for a in request.get("AttributeDefinitions") or []}
         if operation == "UpdateTable":
             if table is None:
                 raise VectorError("ResourceNotFoundException", f"Requested resource not found: Table: {name} not found")
@@ -286,11 +301,6 @@ class VectorState:
                 if hasattr(table, "attr")
                 else types
             )
-        billing = request.get("BillingMode") or (
-            "PAY_PER_REQUEST" if table is None else getattr(table, "billing_mode", "PAY_PER_REQUEST")
-        )
-        if specs and billing != "PAY_PER_REQUEST":
-            raise _invalid("Vector indexes are supported only on on-demand (PAY_PER_REQUEST) tables.")
         names = [d.name for d in existing if d.name not in deletes] + [s.get("IndexName") for s in specs or []]
         if len(names) != len(set(names)):
             raise _invalid(f"A vector index with this name already exists on table {name}.")
@@ -503,8 +513,8 @@ class VectorState:
             self._cache[key] = part  # in memory: this is the only copy
         return part
 
-    def search(self, request: dict, backend: Any) -> dict:
-        """A SearchVectors request's answer (VectorError for what DynamoDB would refuse)."""
+    def search(self, request: dict, backend: Any) -> bytes:
+        """A SearchVectors request's answer, as its JSON body (VectorError for what DynamoDB would refuse)."""
         name = request.get("TableName", "")
         table = backend.tables.get(name)
         if table is None:
@@ -540,21 +550,40 @@ class VectorState:
         wanted = projection(request)
         results, size = [], 0
         for i in order:
-            item = json.loads(part.entries[keys[i]][1])
-            if wanted is not None:
-                item = {k: v for k, v in item.items() if k in wanted}
+            key = keys[i]
+            if wanted is None:  # the stored JSON goes out as it is: nothing parsed, nothing encoded again
+                item = part.entries[key][1]
+                size += part.size(key)
+            else:
+                item = {k: v for k, v in json.loads(part.entries[key][1]).items() if k in wanted}
                 if index.vector_attr in wanted:
                     item[index.vector_attr] = {"L": [{"N": repr(float(x))} for x in matrix[i]]}
-            size += item_size(item)
-            results.append({"Item": item, "Score": float(found[i])})
-        answer: dict[str, Any] = {"SearchResults": results}
+                size += item_size(item)
+            results.append((item, float(found[i])))
+        consumed = None
         if request.get("ReturnConsumedCapacity") in ("TOTAL", "INDEXES"):
-            answer["ConsumedCapacity"] = {"VectorSearchRequestBytes": float(4 * index.dimensions + size)}
-        return answer
+            consumed = {"VectorSearchRequestBytes": float(4 * index.dimensions + size)}
+        return answer_body(results, consumed)
 
 
 STATE = VectorState()
 READS = ("SearchVectors", "DescribeTable")  # requests whose body the server parses for this module
+
+
+def _check_on_demand(operation: str, request: dict, table: Any, indexes_after: int) -> None:
+    """ValidationException, as DynamoDB's, for a table that would hold a vector index and not be on demand: one
+    made with one (BillingMode defaults to PROVISIONED), one given one, or one with one switched to PROVISIONED."""
+    if indexes_after <= 0 or (operation == "UpdateTable" and table is None):  # moto says the table is not found
+        return
+    if operation == "CreateTable":
+        billing = request.get("BillingMode") or "PROVISIONED"
+    else:
+        billing = request.get("BillingMode") or getattr(table, "billing_mode", None) or "PROVISIONED"
+    if billing != "PAY_PER_REQUEST":
+        raise _invalid(
+            "One or more parameter values were invalid: vector indexes are supported only on tables in on-demand "
+            f"capacity mode (BillingMode PAY_PER_REQUEST); table {request.get('TableName', '')} would be {billing}."
+        )
 
 
 def settle_in_memory(backend: Any, table: Any, key_or_item: dict) -> None:
@@ -578,5 +607,5 @@ def replayable(operation: str, request: dict, backend: Any) -> dict:
     """A stored table request as moto takes it (vector parts and SearchSchema-only attributes left out)."""
     if operation not in ("CreateTable", "UpdateTable"):
         return request
-    stripped = STATE.for_moto(operation, request, backend)
+    stripped = STATE.for_moto(operation, request, backend, replay=True)
     return request if stripped is None else json.loads(stripped)

@@ -3,8 +3,10 @@
 # "Deploying behind SSO". Local try-out: docker run -p 8501:8501 <image> (the demo: local backend, dev identity).
 FROM python:3.11-slim
 
+# numpy's BLAS on one thread: its helper threads spin after every vector product, on the cores the page needs
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
+    OPENBLAS_NUM_THREADS=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     CHAT_DATA_DIR=/home/chat/.chat-data
 

@@ -458,12 +458,15 @@ class ChatPage(LiveTurns):
     def _edit_control(self, m: Message) -> None:
         """Under the newest question: Edit opens its text in a box; sending it asks it instead (a new version of
         the turn: the old question and its answer are kept)."""
-        if not self._is_newest(m) or m.status == PENDING or self.writing_here():
+        if not self._is_newest(m):
             return
         box = st.popover(
             "Edit", icon=":material/edit:", type="tertiary", key=f"{EDIT_OPEN}{m.message_id}", on_change="rerun"
         )
         if not box.open:
+            return
+        if m.status == PENDING or self.writing_here():  # drawn while answering too: it is there once the answer is
+            box.caption("The answer is still being written: Stop it, or wait for it, then edit the question.")
             return
         key = f"{EDIT_BOX}{m.message_id}"
         st.session_state.setdefault(key, m.input_body)

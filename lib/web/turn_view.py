@@ -66,7 +66,9 @@ def question(m: Message) -> None:
 
 def version_switch(m: Message, *, disabled: bool, pick: Callable[[str, int], None]) -> None:
     """‹ n / N ›: the turn's selected version among its versions, and a step to the one before or after."""
-    with st.container(horizontal=True, vertical_alignment="center", gap=None, key=f"versions-{m.message_id}"):
+    with st.container(
+        horizontal=True, vertical_alignment="center", gap=None, width="content", key=f"versions-{m.message_id}"
+    ):
         st.button(
             "",
             key=f"ver-prev-{m.message_id}",

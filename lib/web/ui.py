@@ -14,7 +14,7 @@ from lib.errors import ChatError, ConfigError, NotAuthenticated, StoreUnavailabl
 from lib.services import Services, build_services
 from lib.storage import keys
 from lib.turn.worker import Generations
-from lib.web import identity, turn_view
+from lib.web import identity, shortcuts, turn_view
 from lib.web.chat_view import ChatView
 from lib.web.render import plain_label
 
@@ -87,7 +87,7 @@ def sidebar(svc: Services, me: identity.Identity, view: ChatView, *, pick: Calla
 
     with st.sidebar:
         page_links()
-        chosen("New chat", None, icon=":material/edit_square:", width="stretch")
+        chosen("New chat", None, icon=":material/edit_square:", width="stretch", key="new-chat")
         with errors_shown():
             view.ensure_sidebar(svc.store)  # already loaded by any earlier page of this browser session: no request
         if not view.sidebar:
@@ -121,7 +121,9 @@ def sidebar(svc: Services, me: identity.Identity, view: ChatView, *, pick: Calla
         health = svc.hot.health() if svc.hot is not None else None
         if health and me.user_id in svc.settings.admin_ids:  # an operator's concern, said to operators only
             st.warning(health, icon=":material/sync_problem:")
+        st.caption(f"Keys: {shortcuts.HELP}")
         turn_view.watch_linked_turns()
+        shortcuts.install()
 
 
 _ROOT = Path(__file__).resolve().parents[2]

@@ -71,7 +71,7 @@ def score(corpus, ids, contexts, memory_sources):
 
 
 class _NoRecall:
-    def recall(self, user_id, session_id, question, k, *, exclude=frozenset()):
+    def recall(self, user_id, session_id, question, k, *, exclude=frozenset(), room=None, cap=None):
         return []
 
 

@@ -135,7 +135,6 @@ SETTINGS: dict[str, tuple[str, str]] = {
     "CHAT_SUMMARY_EVERY": ("10", "Summarise when this many turns older than the verbatim window are unsummarised."),
     "CHAT_SUMMARY_TOKENS": ("600", "Longest running summary, in tokens."),
     "CHAT_MEMORY_TOKENS": ("2000", "Cap on one user's memories, in tokens; past it new facts are not kept."),
-    "CHAT_RECALL_TURNS": ("4", "Most older turns recalled into the context for one question."),
     # Semantic search (docs/search.md).
     "CHAT_EMBED_PROVIDER": (
         "local",
@@ -227,7 +226,6 @@ class Settings:
     summary_every: int
     summary_tokens: int
     memory_tokens: int
-    recall_turns: int
     embed_provider: str = "local"
     embed_model: str = ""
     embed_dimensions: int = 256
@@ -293,7 +291,7 @@ class Settings:
             values["summary_model"] = (
                 values["bedrock_model"] if values["model_provider"] == "bedrock" else "claude-haiku-4-5"
             )
-        for name in ("verbatim_turns", "summary_every", "summary_tokens", "memory_tokens", "recall_turns"):
+        for name in ("verbatim_turns", "summary_every", "summary_tokens", "memory_tokens"):
             if values[name] < 1:
                 raise ConfigError(f"CHAT_{name.upper()} must be at least 1.")
         _check_embedder(values)

@@ -9,11 +9,13 @@ text, which has no spaces to split on.
 
 from __future__ import annotations
 
+import functools
 import re
 
 # CJK ideographs, kana and hangul: one token each.
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
 _WORD = re.compile(r"[a-z0-9][a-z0-9_'.:-]*[a-z0-9]|[a-z0-9]")
+_VOWEL = re.compile(r"[aeiou]")
 _CJK_RUN = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]+")
 
 STOPWORDS = frozenset(
@@ -32,21 +34,47 @@ def count(text: str) -> int:
 
 
 def _stem(word: str) -> str:
-    """A light stemmer: enough for deploy/deploys/deployed to meet, never enough to merge unrelated words."""
-    for suffix in ("ing", "ed", "es", "s"):
-        if len(word) > len(suffix) + 3 and word.endswith(suffix):
-            return word[: -len(suffix)]
+    """A light stemmer (the first step of Porter's, shortened): enough for deploy/deploys/deployed, move/moved/moving
+    and party/parties to meet, never enough to merge unrelated words."""
+    if word.endswith("'s"):
+        word = word[:-2]
+    if len(word) > 4 and word.endswith("sses"):
+        word = word[:-2]
+    elif len(word) > 4 and word.endswith("ies"):
+        word = word[:-2]
+    elif len(word) > 3 and word.endswith("s") and not word.endswith(("ss", "us", "is")):
+        word = word[:-1]
+    for suffix in ("ing", "ed"):
+        stem = word[: -len(suffix)]
+        if word.endswith(suffix) and len(stem) >= 3 and _VOWEL.search(stem):
+            word = stem[:-1] if len(stem) > 3 and stem[-1] == stem[-2] and stem[-1] not in "lsz" else stem
+            break
+    if len(word) > 3 and word[-1] in "ey":
+        word = word[:-1] + ("i" if word[-1] == "y" else "")
     return word
 
 
+CACHED_CHARS = 4000  # texts up to this long keep their terms (recall scores the same snippets question after question)
+
+
 def terms(text: str) -> list[str]:
-    """Keyword terms: stemmed lower-case words without stopwords, and CJK character bigrams (single characters
-    for a one-character run)."""
+    """Keyword terms: see `_terms`; a short text's are kept (at most 8,192 texts of CACHED_CHARS, a few MB)."""
+    return list(_cached_terms(text) if len(text) <= CACHED_CHARS else _terms(text))
+
+
+def _terms(text: str) -> tuple[str, ...]:
+    """Keyword terms: stemmed lower-case words without stopwords (numbers kept, "4 years" has a 4), and CJK character
+    bigrams (single characters for a one-character run)."""
     lowered = text.lower()
-    found = [_stem(w.strip("'.:-")) for w in _WORD.findall(lowered) if w not in STOPWORDS and len(w) > 1]
+    found = [
+        _stem(w.strip("'.:-")) for w in _WORD.findall(lowered) if w not in STOPWORDS and (len(w) > 1 or w.isdigit())
+    ]
     for run in _CJK_RUN.findall(lowered):
         found += [run[i : i + 2] for i in range(len(run) - 1)] if len(run) > 1 else [run]
-    return [t for t in found if t]
+    return tuple(t for t in found if t)
+
+
+_cached_terms = functools.lru_cache(maxsize=8192)(_terms)
 
 
 def clip(text: str, budget: int) -> str:

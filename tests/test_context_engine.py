@@ -106,9 +106,42 @@ class TestRequestBudget:
         assert "5433" in context.prompt.system  # recalled from beyond the loaded page
         (read,) = [params for name, params in requests.calls if name == "BatchGetItem"]
         asked = next(iter(read["RequestItems"].values()))["Keys"]
-        assert 0 < len(asked) <= 2 * engine.settings.recall_turns  # the hits, not the chat
-        context, names = ask("the staging database port again?")
+        assert 0 < len(asked) < 45  # the hits the room can take, not the chat
+        context, names = ask("which port does the staging database use?")
         assert names == ["SearchVectors"]  # the hits this session read are held: no second read
+        assert "5433" in context.prompt.system
+        context, names = ask("the staging database port again?")
+        (read,) = [params for name, params in requests.calls if name == "BatchGetItem"] or [None]
+        again = len(next(iter(read["RequestItems"].values()))["Keys"]) if read else 0
+        assert again < len(asked) and "5433" in context.prompt.system  # only the hits not held yet
+
+    def test_what_is_read_is_sized_by_the_budget_and_never_by_the_chats_length(self, indexed, store, requests):
+        engine = indexed
+        session, _ = long_chat(store, 80, engine)
+        view = store.open_session(U, session.session_id)
+
+        def keys_read(budget, question="which port does the staging database use?"):
+            cache = ContextCache()
+            cache.memory[U] = MemoryState([], True)
+            requests.reset()
+            context = engine.context(
+                cache,
+                U,
+                view.session,
+                question,
+                view.messages,
+                summary=view.summary,
+                system_prompt_id="default-v1",
+                budget=budget,
+                earlier_turns=80,
+            )
+            assert requests.names == ["SearchVectors", "BatchGetItem"] and context.tokens <= budget
+            (read,) = [params for name, params in requests.calls if name == "BatchGetItem"]
+            return len(next(iter(read["RequestItems"].values()))["Keys"]), context
+
+        small, context = keys_read(1000)
+        large, _ = keys_read(4000)
+        assert 0 < small < large <= 60  # of 80 turns: what 1,000 and 4,000 tokens can take
         assert "5433" in context.prompt.system
 
     def test_a_new_chats_first_question_and_a_chat_that_fits_search_nothing(self, indexed, store, requests):

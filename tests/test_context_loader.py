@@ -285,3 +285,86 @@ class TestNoteIsTrue:
         assert note.endswith(
             "; 1 earlier turn was left out (token budget); 1 stopped turn is not sent (no whole answer)."
         )
+
+
+class TestBudgetSpentOnRelevance:
+    """What fits is decided by relevance: as many relevant older turns as fit, the newest turns only as the thread."""
+
+    def setup_method(self):
+        self.history = [
+            turn(i, f"question {i} about lunch", f"answer {i} " + "about sandwiches " * 20) for i in range(60)
+        ]
+        for i in (3, 9, 15, 21, 27, 33):  # six turns about the deploy window, none of them among the newest
+            self.history[i] = turn(i, f"The deploy window moved to slot {i}.", f"Noted: deploy window slot {i}.")
+
+    def load(self, question, budget=1000, recall_turns=None):
+        cache = ContextCache()
+        cache.pool("u", "s").add(self.history)
+        return SessionContextLoader(KeywordRecall(cache), recall_turns=recall_turns).load(
+            user_id="u", session_id="s", system="You help.", question=question, history=self.history, budget=budget
+        )
+
+    def test_every_relevant_older_turn_that_fits_is_recalled_not_a_fixed_few(self):
+        context = self.load("when is the deploy window?")
+        recalled = [s.id for s in context.sources if s.kind == "recalled"]
+        assert {self.history[i].message_id for i in (3, 9, 15, 21, 27, 33)} <= set(recalled)
+        assert len([s for s in context.sources if s.kind == "recalled"]) >= 6 and context.tokens <= 1000
+        capped = self.load("when is the deploy window?", recall_turns=4)  # a caller may still bound the count
+        assert len([s for s in capped.sources if s.kind == "recalled"]) == 4
+
+    def test_the_relevant_turns_come_first_and_the_newest_turns_take_what_is_left(self):
+        context = self.load("when is the deploy window?", budget=400)
+        recalled = {s.id for s in context.sources if s.kind == "recalled"}
+        assert recalled == {self.history[i].message_id for i in (3, 9, 15, 21, 27, 33)}
+        turns = [s.id for s in context.sources if s.kind == "turn"]
+        assert turns == [m.message_id for m in self.history[-len(turns) :]] and len(turns) >= 1  # the thread
+        assert 400 - context.tokens < 100  # what recall left went to the newest turns
+
+    def test_a_follow_up_gets_the_newest_turns_before_recall(self):
+        follow = self.load("and why is that?")
+        turns = [s for s in follow.sources if s.kind == "turn"]
+        assert len(turns) >= 10  # half of what is left, contiguous, ending at the newest turn
+        ids = [s.id for s in turns]
+        assert ids == [m.message_id for m in self.history[-len(ids) :]]
+
+    def test_a_recalled_turn_carries_its_date_and_weekday(self):
+        context = self.load("when is the deploy window?")
+        assert "[Wed 4 Nov 2026 08:30] User: The deploy window moved to slot 3." in context.prompt.system
+
+    def test_a_long_recalled_turn_is_cut_to_the_sentences_that_answer_not_to_its_first_words(self):
+        filler = "We talked about many other things that day. " * 60
+        self.history[3] = turn(3, "Some background first. " + filler + "The deploy window is Thursday 14:00.", "Ok.")
+        context = self.load("when is the deploy window?", budget=600)
+        (part,) = [s for s in context.sources if s.kind == "recalled" and s.id == self.history[3].message_id]
+        assert part.excerpt and part.tokens < 200
+        assert "The deploy window is Thursday 14:00." in context.prompt.system
+        assert "[Wed 4 Nov 2026 08:30] User: Some background first." in context.prompt.system  # its opening kept
+
+
+class TestMemoriesEarnTheirTokens:
+    def memories(self, n, padding=20):
+        return [
+            Memory(
+                f"m{i:03d}",
+                "u",
+                f"Fact {i} about topic{i} " + "padding " * padding,
+                "s",
+                None,
+                f"2026-10-{1 + i % 28:02d}T00:00:00.000Z",
+            )
+            for i in range(n)
+        ]
+
+    def load(self, memories, question, budget=2000):
+        return SessionContextLoader().load(
+            user_id="u", session_id=None, system="s", question=question, history=[], budget=budget, memories=memories
+        )
+
+    def test_a_few_short_memories_are_all_sent_as_a_stable_block(self):
+        context = self.load(self.memories(3, padding=2), "anything else?")
+        assert [s.id for s in context.sources if s.kind == "memory"] == ["m000", "m001", "m002"]
+
+    def test_many_memories_send_only_those_that_share_a_word_with_the_question(self):
+        context = self.load(self.memories(30), "what about topic7 and topic12?")
+        assert [s.id for s in context.sources if s.kind == "memory"] == ["m007", "m012"]
+        assert [s for s in self.load(self.memories(30), "hello there").sources if s.kind == "memory"] == []

@@ -51,6 +51,19 @@ class TestRules:
         assert rule_facts("I'm trying to fix a flaky test. I'm a staff engineer.") == ["I'm a staff engineer."]
         assert rule_facts("我叫王芳。我们决定用PostgreSQL。这个怎么写？") == ["我叫王芳。", "我们决定用PostgreSQL。"]
 
+    def test_a_lasting_taste_is_kept_and_a_remark_on_the_moment_is_not(self):
+        assert rule_facts("I love hiking. I like my coffee black. I love creating art!") == [
+            "I love hiking.",
+            "I like my coffee black.",
+            "I love creating art!",
+        ]
+        assert rule_facts("I love all the yellow leaves, it looks so cozy.") == []
+        assert rule_facts("I love that you chose pottery for your art. I love how it turned out.") == []
+
+    def test_what_happened_at_a_time_is_not_a_standing_fact(self):
+        assert rule_facts("Last week, I decided to run for office again.") == []
+        assert rule_facts("My son had an accident yesterday. My team is Payments.") == ["My team is Payments."]
+
 
 class TestExtraction:
     def test_only_the_users_words_become_memories_with_the_seed_shape(self, engine, store, client, table):
@@ -74,6 +87,16 @@ class TestExtraction:
             "create_time": message.create_time,
         }
         assert check_user(client, table, U).ok  # the checker knows MEM# and PREF# records
+
+    def test_a_question_the_user_did_not_type_makes_no_memory_and_no_request(self, engine, store, requests):
+        _, message = answered(store, "My manager is Dana Lee. What should I ask her?")
+        requests.reset()
+        outcome = engine.extract_memories_after_save(ContextCache(), U, message, typed=False)
+        assert outcome.added == [] and requests.names == []  # not even the memories' Query
+        assert engine.memories.load(U)[0] == []
+        typed = engine.extract_memories_after_save(ContextCache(), U, message)  # typed by the user: the default
+        assert [m.text for m in typed.added] == ["My manager is Dana Lee."]
+        assert typed.added[0].source_message_id == message.message_id  # its provenance: the turn it came from
 
     def test_the_same_fact_again_is_not_added_twice(self, engine, store):
         cache = ContextCache()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from lib.context.cache import ContextCache
 from lib.context.recall import KeywordRecall
-from lib.context.semantic_recall import FusedRecall, SemanticRecall
+from lib.context.semantic_recall import HybridRecall
 from lib.search.embedders import LocalEmbedder
 from lib.search.indexer import Indexer, index_turn_after_save
 from lib.storage.gateway import Gateway
@@ -38,33 +38,101 @@ def chat(store, indexer, user: str, turns):
     return session, out
 
 
-def test_semantic_recall_finds_the_paraphrased_turn_of_this_chat_only(store, client, table, meter, requests):
+def indexer_for(client, table, meter):
     LocalEmbedder._load()
-    indexer = Indexer(Gateway(client, table, meter), LocalEmbedder())
+    return Indexer(Gateway(client, table, meter), LocalEmbedder())
+
+
+def test_hybrid_recall_finds_the_paraphrased_turn_of_this_chat_only(store, client, table, meter, requests):
+    indexer = indexer_for(client, table, meter)
     session, turns = chat(store, indexer, "u-1", TURNS)
     other, _ = chat(store, indexer, "u-1", [("My pet kitten eats fish every day.", "Sounds healthy.")])
     chat(store, indexer, "u-2", [("Tell me about my kitten's food", "Tuna.")])
     cache = ContextCache()
     cache.pool("u-1", session.session_id).add(turns)
     requests.reset()
-    found = SemanticRecall(indexer, cache).recall("u-1", session.session_id, "what does my kitten eat?", 2)
+    found = HybridRecall(indexer, cache).recall("u-1", session.session_id, "what does my kitten eat?", 2)
     assert found[0].message.message_id == turns[0].message_id
-    assert {r.message.session_id for r in found} == {session.session_id}
+    assert {r.message.session_id for r in found} == {session.session_id}  # not the other chat, not u-2's
     assert requests.names == ["SearchVectors"]  # no item read: the turns come from the pool
     assert KeywordRecall(cache).recall("u-1", session.session_id, "what does my kitten eat?", 2) == []
-    fused = FusedRecall(KeywordRecall(cache), SemanticRecall(indexer, cache)).recall(
+    found = HybridRecall(indexer, cache).recall(
         "u-1", session.session_id, "what does my kitten eat?", 2, exclude=frozenset({turns[2].message_id})
     )
-    assert fused[0].message.message_id == turns[0].message_id
-    assert turns[2].message_id not in {r.message.message_id for r in fused}
+    assert turns[2].message_id not in {r.message.message_id for r in found}
 
 
-def test_the_engine_fuses_semantic_recall_when_the_index_exists(app_env, monkeypatch):
+def long_chat(store, indexer, user, n, facts):
+    """n turns of filler with `facts` ({position: (question, answer)}), each indexed as the page would."""
+    return chat(
+        store,
+        indexer,
+        user,
+        [
+            facts.get(i, (f"Filler question {i} about the weather.", f"Filler answer {i}: " + "cloudy " * 30))
+            for i in range(n)
+        ],
+    )
+
+
+def test_a_keyword_in_a_snippet_ranks_a_turn_the_session_does_not_hold_and_one_read_brings_it(
+    store, client, table, meter, requests
+):
+    indexer = indexer_for(client, table, meter)
+    session, turns = long_chat(store, indexer, "u-1", 40, {5: ("The invoice code for Acme is ZX-4471.", "Noted.")})
+    cache = ContextCache()
+    cache.pool("u-1", session.session_id).add(turns[-10:])  # the page holds the newest ten
+    requests.reset()
+    found = HybridRecall(indexer, cache, fetch_for(client, table, meter)).recall(
+        "u-1", session.session_id, "what was the ZX-4471 code for?", 5, room=300
+    )
+    assert found[0].message.message_id == turns[5].message_id
+    assert requests.names == ["SearchVectors", "BatchGetItem"]
+    (read,) = [params for name, params in requests.calls if name == "BatchGetItem"]
+    assert len(next(iter(read["RequestItems"].values()))["Keys"]) <= 5  # at most k, those not held
+    assert turns[5].message_id in cache.pool("u-1", session.session_id).turns  # held from now on
+
+
+def test_a_month_the_question_names_ranks_the_turns_written_then_first(store, client, table, meter):
+    from lib.storage import keys
+
+    indexer = indexer_for(client, table, meter)
+    session, months = None, {}
+    for month in (3, 7, 11):  # the same words in three months of one chat
+        with keys.clock(lambda m=month: keys.parse_time(f"2025-{m:02d}-10T09:00:00.000Z")):
+            if session is None:
+                session, pending = store.create_session("u-1", "We ran the team offsite.", system_prompt_id="p")
+            else:
+                session, pending = store.send_message("u-1", session, "We ran the team offsite.", system_prompt_id="p")
+        done = store.finish_message(
+            "u-1",
+            pending,
+            output_body="Sounds fun.",
+            input_token=1,
+            output_token=1,
+            response_start_time=pending.create_time,
+            response_end_time=pending.create_time,
+        )
+        index_turn_after_save(indexer, "u-1", session.title, done)
+        months[month] = done.message_id
+    found = HybridRecall(indexer, ContextCache(), fetch_for(client, table, meter)).recall(
+        "u-1", session.session_id, "what did we run in July 2025?", 3
+    )
+    assert [r.message.message_id for r in found][0] == months[7]
+
+
+def fetch_for(client, table, meter):
+    from lib.storage.summaries import SummaryStore
+
+    return SummaryStore(client, table, meter).turns_by_id
+
+
+def test_the_engine_uses_hybrid_recall_when_the_index_exists(app_env, monkeypatch):
     from lib.config import Settings
     from lib.web import ui
 
     svc = ui._services(Settings.load())
-    assert isinstance(svc.engine.recall(ContextCache()), FusedRecall)
+    assert isinstance(svc.engine.recall(ContextCache()), HybridRecall)
     monkeypatch.setenv("CHAT_EMBED_PROVIDER", "off")
     off = ui._services(Settings.load())
     assert isinstance(off.engine.recall(ContextCache()), KeywordRecall)

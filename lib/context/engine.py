@@ -5,7 +5,8 @@ Requests per question (the budget: at most 2 beyond what the page loaded, the sa
     memories + off switch   1 Query, once per browser session (then kept current by this session)
     semantic recall         1 SearchVectors when the table has the vector index (billed in bytes, not units),
                             none for the first question of a chat or while every earlier turn is loaded and fits
-    recalled older turns    at most 1 BatchGetItem of the best hits the session does not hold (k turns at most)
+    recalled older turns    at most 1 BatchGetItem of the best hits the session does not hold (as many as the
+                            budget can take, at most 100)
 Recall never Queries the chat's history. After the answer is saved (never before the first token): a summary,
 when due (1 PutItem, conditional), and 1 conditional PutItem per new memory.
 """
@@ -59,8 +60,8 @@ class ContextEngine:
         return self._indexer
 
     def recall(self, cache: ContextCache) -> Recall:
-        """Keyword recall over the turns this browser session knows, fused with semantic recall (SearchVectors,
-        lib/context/semantic_recall.py) when the table has the vector index and an embedder is configured."""
+        """Hybrid recall (the index's candidates ranked by meaning and keywords, lib/context/semantic_recall.py) when
+        the table has the vector index and an embedder is configured, else keyword recall over the turns held."""
         from lib.context.semantic_recall import fused_recall
 
         indexer = self.indexer
@@ -93,7 +94,7 @@ class ContextEngine:
             earlier_turns = max(session.message_count - 1, 0) if session else 0
         if session is not None:
             cache.pool(user_id, session.session_id).add(list(history))
-        loader = SessionContextLoader(recall or self.recall(cache), recall_turns=self.settings.recall_turns)
+        loader = SessionContextLoader(recall or self.recall(cache))  # recall bounded by the budget, not a count
         return loader.load(
             user_id=user_id,
             session_id=session.session_id if session else None,
@@ -134,8 +135,11 @@ class ContextEngine:
             ledger=self.ledger,
         )
 
-    def extract_memories_after_save(self, cache: ContextCache, user_id: str, message: Message) -> MemoryOutcome:
-        """After the answer is saved: keep the durable facts of the user's question."""
+    def extract_memories_after_save(
+        self, cache: ContextCache, user_id: str, message: Message, *, typed: bool = True
+    ) -> MemoryOutcome:
+        """After the answer is saved: keep the durable facts of the user's question; none when the user did not
+        type it (`typed=False`: a suggestion clicked, a text the page filled in)."""
         return extract_memories_after_save(
             self.memories,
             self.extractor,
@@ -144,6 +148,7 @@ class ContextEngine:
             message,
             cap_tokens=self.settings.memory_tokens,
             ledger=self.ledger,
+            typed=typed,
         )
 
     def memory_tokens(self, cache: ContextCache, user_id: str) -> int:

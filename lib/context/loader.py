@@ -3,10 +3,11 @@
 Given the system prompt, the user's memories, the session's running summary, the loaded turns, recall
 and a token budget, it returns the prompt and its sources. Prompt order: system prompt, memory block,
 summary (together the cached prefix), recalled older turns, then the newest turns verbatim and the
-question as messages. Budget order (what is dropped last first): the system prompt and the question
-(always; alone if they pass the budget), the newest turn, memories (up to a quarter of the budget),
-the summary (up to a quarter, its oldest lines dropped if longer), recalled turns (up to half of what
-is left), more newest turns, then more recalled turns with whatever remains.
+question as messages. The budget is spent on relevance: the system prompt and the question (always;
+alone if they pass the budget), the newest turn (the thread; more of them first for a follow-up),
+memories and the summary whole while small (a stable, cached prefix) else only their parts about the
+question, then recalled turns, best first, as many as fit (long ones as query-focused excerpts), and
+the newest turns, contiguous, with whatever is left. Every recalled turn carries its date.
 
 Invariants (tests/test_context_loader.py, with random inputs): never more tokens than the budget
 unless the system prompt and question alone pass it; a turn is sent with its answer or not at all
@@ -16,21 +17,42 @@ was summarised or left out is said in `note`.
 
 from __future__ import annotations
 
+import datetime as dt
+import re
 from dataclasses import dataclass, field
 
 from lib import tokens
 from lib.context import memories as memory_rules
 from lib.context.recall import Recall, answered
+from lib.context.relevance import distinctive, excerpt, weights
+from lib.context.summaries import EXTRACTIVE_HEADER
 from lib.model.models import Prompt
 from lib.storage.records import FAILED, PENDING, Memory, Message, Summary
 
-MEMORY_SHARE = 0.25
+MEMORY_SHARE = 0.25  # memories relevant to the question take at most this share of the budget
+MEMORY_STABLE_SHARE = 0.1  # all of them are sent (a stable block the prompt cache keeps) when they fit this share
 SUMMARY_SHARE = 0.25
-RECALL_SHARE = 0.5
+SUMMARY_STABLE_SHARE = 0.1  # the whole summary is sent when it fits this share; else its lines about the question
 NEWEST_SHARE = 0.4  # the newest turn is sent whole if it takes at most this much of the budget left
-RECALL_QUESTION_TOKENS, RECALL_ANSWER_TOKENS = 150, 250  # a recalled turn too long is sent as an excerpt
-MIN_EXCERPT_TOKENS = 24
+FOLLOW_UP_SHARE = 0.5  # a follow-up's newest turns, contiguous, may take this much of what is left before recall
+RECALL_TARGET_TURNS = 24  # a recalled turn longer than the room / this is sent as an excerpt (query-focused)
+RECALL_SHORT_TURNS = 40  # ... and past WHOLE_SHARE of the room, one longer than the room / this
+WHOLE_SHARE = 0.6
+MIN_RECALLED_TOKENS = 40
+RECALL_QUESTION_TOKENS, RECALL_ANSWER_TOKENS = 150, 250  # most of each side of a recalled turn
+MIN_EXCERPT_TOKENS = 12
+MAX_RECALLED = 100  # the index's most hits per question
 RECALL_HEADER = "Earlier turns of this chat that may be relevant (recalled; oldest first):"
+# A question that continues the newest turns rather than asking about something said before.
+_CONTINUES = re.compile(
+    r"^\s*(and|but|so|also|then|why|ok|okay|now|what about|how about|and then|same|again|continue|go on|"
+    r"那|还有|继续|为什么)\b",
+    re.IGNORECASE,
+)
+_POINTS_BACK = re.compile(
+    r"\b(it|its|this|that|these|those|them|above|previous|you said|your answer|the last one)\b|这个|那个|上面|刚才",
+    re.IGNORECASE,
+)
 
 
 @dataclass(frozen=True)
@@ -67,37 +89,69 @@ class Context:
         return [s.record() for s in self.sources]
 
 
-def _turn_text(turn: Message, question_budget: int | None = None, answer_budget: int | None = None) -> tuple[str, bool]:
+def when(create_time: str) -> str:
+    """A turn's time as a reader (and a model working out "last Saturday") needs it: "Fri 13 Oct 2023 10:31"."""
+    try:
+        moment = dt.datetime.fromisoformat(create_time[:16])
+    except ValueError:
+        return create_time[:16].replace("T", " ")
+    return f"{moment:%a} {moment.day} {moment:%b %Y %H:%M}"
+
+
+def follow_up(question: str) -> bool:
+    """A question that continues the newest turns ("and for staging?", "why is that?"): it needs the thread more
+    than anything said long before."""
+    return bool(_CONTINUES.search(question)) or (
+        len(set(tokens.terms(question))) <= 3 and bool(_POINTS_BACK.search(question))
+    )
+
+
+def _turn_text(turn: Message, cap: int | None = None, query: dict[str, float] | None = None) -> tuple[str, bool]:
+    """A recalled turn with its date; over `cap` tokens, a query-focused excerpt of each side (marked)."""
     q, a = turn.input_body, turn.output_body
     cut = False
-    if question_budget is not None and tokens.count(q) > question_budget:
-        q, cut = tokens.clip(q, max(question_budget, MIN_EXCERPT_TOKENS)), True
-    if answer_budget is not None and tokens.count(a) > answer_budget:
-        a, cut = tokens.clip(a, max(answer_budget, MIN_EXCERPT_TOKENS)), True
-    return f"[{turn.create_time[:16].replace('T', ' ')}] User: {q}\nAssistant: {a}", cut
+    if cap is not None and tokens.count(q) + tokens.count(a) > cap:
+        tq, ta = tokens.count(q), tokens.count(a)
+        q_room = max(MIN_EXCERPT_TOKENS, min(tq, RECALL_QUESTION_TOKENS, cap // 2, cap - min(ta, cap // 2)))
+        a_room = max(MIN_EXCERPT_TOKENS, min(ta, RECALL_ANSWER_TOKENS, cap - q_room))
+        q, cut_q = excerpt(q, query or {}, q_room)
+        a, cut_a = excerpt(a, query or {}, a_room)
+        cut = cut_q or cut_a
+    return f"[{when(turn.create_time)}] User: {q}\nAssistant: {a}", cut
 
 
-def _summary_block(summary: Summary, budget: int) -> tuple[str, bool]:
-    """The summary under a heading; over `budget`, its oldest lines are dropped (marked), never its newest."""
+def _summary_block(summary: Summary, budget: int, question: str = "", stable: int | None = None) -> tuple[str, bool]:
+    """The summary under a heading. Whole when it fits `stable` (a small block the prompt cache keeps); else only
+    its lines that share a keyword with the question (marked), up to `budget`: with recall reaching the whole
+    chat, a line about something else does not earn its tokens. Over `budget` its oldest lines go first (marked)."""
     head = f"Summary of the earlier part of this chat ({summary.covered_turns} turns):"
     lines = summary.text.splitlines()
-    text = "\n".join([head, *lines])
-    cut = False
-    while lines and tokens.count(text) > budget:
-        lines.pop(1 if len(lines) > 1 and cut else 0)
-        if not cut:
-            lines.insert(0, "(older part of the summary left out)")
-            cut = True
-        text = "\n".join([head, *lines])
-    return (text, cut) if tokens.count(text) <= budget and len(lines) > int(cut) else ("", cut)
+    marks: list[str] = []
+    if stable is not None and tokens.count("\n".join([head, *lines])) > stable:
+        bags = [set(tokens.terms(line)) for line in lines]
+        query = distinctive(set(tokens.terms(question)), bags)
+        lines = [
+            line
+            for n, (line, bag) in enumerate(zip(lines, bags))
+            if query & bag or (n == 0 and not line.lstrip().startswith(("-", "*")))
+        ]  # the lines about the question, and a heading line of the summary's own
+        marks = ["(only its lines about the question)"]
+    while lines and tokens.count("\n".join([head, *marks, *lines])) > budget:
+        lines.pop(0)
+        if "(older part of the summary left out)" not in marks:
+            marks.append("(older part of the summary left out)")
+    if not lines or all(not set(tokens.terms(line)) - set(tokens.terms(EXTRACTIVE_HEADER)) for line in lines):
+        return "", bool(marks)
+    text = "\n".join([head, *marks, *lines])
+    return (text, bool(marks)) if tokens.count(text) <= budget else ("", True)
 
 
 class SessionContextLoader:
     """Assembles one bounded context; reads nothing itself (its inputs come from the page or the caller)."""
 
-    def __init__(self, recall: Recall | None = None, *, recall_turns: int = 4):
+    def __init__(self, recall: Recall | None = None, *, recall_turns: int | None = None):
         self.recall = recall
-        self.recall_turns = recall_turns
+        self.recall_turns = recall_turns  # most turns recalled; None: as many as the budget holds
 
     def load(
         self,
@@ -123,36 +177,74 @@ class SessionContextLoader:
 
         verbatim: list[Message] = []  # newest first
         cost = lambda m: tokens.count(m.input_body) + tokens.count(m.output_body)  # noqa: E731
-        if turns and cost(turns[-1]) <= left * NEWEST_SHARE:
+        if turns and cost(turns[-1]) <= left * NEWEST_SHARE:  # the thread: the newest turn, whole
             verbatim.append(turns[-1])
             left -= cost(turns[-1])
 
         # Each block joins the system text with a blank line: one token more than the block itself.
-        chosen_memories = memory_rules.choose(list(memories), question, min(left, int(budget * MEMORY_SHARE)) - 1)
+        chosen_memories = memory_rules.choose(
+            list(memories),
+            question,
+            min(left, int(budget * MEMORY_SHARE)) - 1,
+            stable=int(budget * MEMORY_STABLE_SHARE) - 1,
+        )
         memory_block = memory_rules.render_block(chosen_memories) if chosen_memories else ""
         left -= tokens.count(memory_block) + 1 if memory_block else 0
 
         summary_block, summary_cut = ("", False)
         if summary is not None and summary.text.strip():
-            summary_block, summary_cut = _summary_block(summary, min(left, int(budget * SUMMARY_SHARE)) - 1)
+            summary_block, summary_cut = _summary_block(
+                summary, min(left, int(budget * SUMMARY_SHARE)) - 1, question, int(budget * SUMMARY_STABLE_SHARE) - 1
+            )
             left -= tokens.count(summary_block) + 1 if summary_block else 0
+
+        def more_newest(room: int) -> int:
+            """More newest turns, contiguous, within `room`; a recalled turn reached is sent in place instead."""
+            spent = 0
+            for turn in reversed(turns):
+                if any(v.message_id == turn.message_id for v in verbatim):
+                    continue
+                was = next((r for r in recalled if r[0].message_id == turn.message_id), None)
+                refund = tokens.count(was[1]) + 1 if was else 0
+                if cost(turn) - refund > room - spent:
+                    break
+                if was:
+                    recalled.remove(was)
+                verbatim.append(turn)
+                spent += cost(turn) - refund
+            return spent
+
+        recalled: list[tuple[Message, str, bool]] = []
+        if follow_up(question):  # it continues the thread: the newest turns come before what recall finds
+            left -= more_newest(int(left * FOLLOW_UP_SHARE))
 
         # Nothing to recall (no request made) for a chat's first question, or when every earlier turn is loaded
         # and all of them fit: they are sent word for word below.
         sent = {m.message_id for m in verbatim}
         fits = earlier <= len(history) and sum(cost(m) for m in turns if m.message_id not in sent) <= left
+        limit = self.recall_turns if self.recall_turns is not None else MAX_RECALLED
+        # The best-ranked turns are sent whole up to `whole` tokens each; past WHOLE_SHARE of the room, the others
+        # as shorter excerpts, so more of them fit (the evidence is often not the best-ranked turn).
+        whole, short = (
+            min(RECALL_QUESTION_TOKENS + RECALL_ANSWER_TOKENS, max(MIN_RECALLED_TOKENS, left // n))
+            for n in (RECALL_TARGET_TURNS, RECALL_SHORT_TURNS)
+        )
+        cap = short
         candidates = (
             []
             if earlier == 0 or fits
             else [
                 c
-                for c in self._recalled(user_id, session_id, question, frozenset(sent))
+                for c in self._recalled(user_id, session_id, question, frozenset(sent), limit, left, cap)
                 if before is None or c.message_id < before
             ]
         )  # a Retry sees only what preceded its turn
-        recalled: list[tuple[Message, str, bool]] = []
+        query = weights(
+            set(tokens.terms(question)),
+            [set(tokens.terms(f"{c.input_body} {c.output_body}")) for c in candidates] or [set()],
+        )
 
-        def take_recalled(room: int, limit: int, skip: set[str]) -> int:
+        def take_recalled(room: int, skip: set[str]) -> int:
             """Recalled turns, best first, whole or as an excerpt, within `room`; returns the tokens spent."""
             spent = 0
             for turn in candidates:
@@ -161,30 +253,18 @@ class SessionContextLoader:
                 if turn.message_id in skip or any(turn.message_id == r[0].message_id for r in recalled):
                     continue
                 header = 0 if recalled else tokens.count(RECALL_HEADER) + 1
-                text, cut = _turn_text(turn)
                 avail = room - spent - header - 1
-                if tokens.count(text) > avail:  # an excerpt sized to the room left, never below a useful size
-                    asked = min(RECALL_QUESTION_TOKENS, max(MIN_EXCERPT_TOKENS, avail // 3))
-                    text, cut = _turn_text(turn, asked, min(RECALL_ANSWER_TOKENS, avail - asked - 12))
+                most = whole if spent < room * WHOLE_SHARE else short
+                text, cut = _turn_text(turn, min(most, avail - 12), query)
                 need = tokens.count(text) + 1 + header
                 if need <= room - spent:
                     recalled.append((turn, text, cut))
                     spent += need
             return spent
 
-        left -= take_recalled(int(left * RECALL_SHARE), self.recall_turns, set())
-        for turn in reversed(turns[:-1] if verbatim else turns):  # more newest turns, contiguous
-            was = next((r for r in recalled if r[0].message_id == turn.message_id), None)
-            refund = tokens.count(was[1]) + 1 if was else 0  # a recalled turn reached: send it in place instead
-            if cost(turn) > left + refund:
-                break
-            if was:
-                recalled.remove(was)
-            verbatim.append(turn)
-            left += refund - cost(turn)
-        if left > 0:  # room to spare: more recalled turns
-            left -= take_recalled(left, self.recall_turns * 2, {v.message_id for v in verbatim})
-        verbatim.reverse()
+        left -= take_recalled(left, {v.message_id for v in verbatim})
+        left -= more_newest(left)
+        verbatim.sort(key=lambda m: m.message_id)
         recalled.sort(key=lambda r: r[0].message_id)
         return self._assemble(
             system,
@@ -199,12 +279,13 @@ class SessionContextLoader:
             history,
         )
 
-    def _recalled(self, user_id: str, session_id: str | None, question: str, exclude: frozenset[str]) -> list[Message]:
+    def _recalled(
+        self, user_id: str, session_id: str | None, question: str, exclude: frozenset[str], k: int, room: int, cap: int
+    ) -> list[Message]:
         if self.recall is None or session_id is None:
             return []
-        return [
-            r.message for r in self.recall.recall(user_id, session_id, question, self.recall_turns * 2, exclude=exclude)
-        ]
+        found = self.recall.recall(user_id, session_id, question, k, exclude=exclude, room=room, cap=cap)
+        return [r.message for r in found]
 
     @staticmethod
     def _assemble(

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from lib import logs, tokens
 from lib.context.cache import ContextCache, MemoryState
+from lib.context.relevance import distinctive
 from lib.errors import ChatError
 from lib.model.models import Usage
 from lib.storage.memories import MemoryStore, normalise
@@ -35,13 +36,26 @@ EXTRACT_INSTRUCTION = (
     "of short sentences (at most 5), or [] if there is nothing durable."
 )
 _EN = re.compile(
-    r"\b(my name is|call me|i am an?|i'm an?|i am the|i'm the|i am based|i'm based|i work|i live|i prefer|i'd prefer|i like|i love|i hate|i dislike|i don't like|"
-    r"i do not like|i always|i never|i usually|i use|we use|we're using|we are using|we decided|we've decided|"
-    r"we have decided|we agreed|we chose|we picked|we switched|we moved|i decided|our team|my team|"
+    r"\b(my name is|call me|i am an?|i'm an?|i am the|i'm the|i am based|i'm based|i work|i live|i prefer|i'd prefer|"
+    r"i don't like|i do not like|i always|i never|i usually|i use|we use|we're using|we are using|we decided|"
+    r"we've decided|we have decided|we agreed|we chose|we picked|we switched|we moved|i decided|our team|my team|"
     r"our (?:deadline|budget|stack|policy|standard|convention|rule|release|launch|deploy)|"
     r"my (?:manager|boss|team|role|job|title|email|deadline|budget|preferred|favorite|favourite|dog|cat|"
     r"wife|husband|partner|son|daughter|office|timezone|time zone)|remember that|please remember|note that|"
     r"from now on|going forward|is allergic|i'm allergic|i am allergic)\b",
+    re.IGNORECASE,
+)
+# "I love/like/hate ..." is a lasting taste only about a kind of thing ("I love hiking", "I like my coffee black"),
+# not about what is in front of the speaker ("I love the yellow leaves", "I love that you chose pottery"), which is
+# what most such sentences in a chat are.
+_TASTE = re.compile(r"\b(?:i|we) (?:really |also |just )?(?:love|like|hate|dislike|enjoy) (\w+)", re.IGNORECASE)
+_MOMENT = frozenset(
+    "the this that these those it how what when your you all seeing hearing to him her them our his their "
+    "that's it's".split()
+)
+_NOW = re.compile(
+    r"\b(today|tonight|yesterday|last (?:night|week|weekend|month)|this (?:morning|week|weekend)|right now|"
+    r"just now|recently|lately|the other day|ago)\b",
     re.IGNORECASE,
 )
 _ZH = re.compile(
@@ -60,13 +74,17 @@ class MemoryOutcome:
 
 
 def rule_facts(question: str) -> list[str]:
-    """First-person durable statements in the user's words; questions and long sentences are left out."""
+    """First-person durable statements in the user's words; questions, long sentences, what happened at a time
+    ("yesterday", "last week") and remarks on the moment ("I love the view") are left out."""
     found = []
     for match in _SENTENCE.finditer(question):
         sentence = " ".join(match.group(0).split())
         if not sentence or sentence.endswith(("?", "？")) or len(sentence) > 300:
             continue
-        if _EN.search(sentence) or _ZH.search(sentence):
+        if _NOW.search(sentence):
+            continue  # what happened then, not what holds: the turn itself is recalled when it matters
+        taste = _TASTE.search(sentence)
+        if _EN.search(sentence) or _ZH.search(sentence) or (taste and taste.group(1).lower() not in _MOMENT):
             found.append(sentence)
     return found[:5]
 
@@ -122,9 +140,13 @@ def extract_memories_after_save(
     *,
     cap_tokens: int,
     ledger=None,
+    typed: bool = True,
 ) -> MemoryOutcome:
-    """Call after the turn is saved: add the durable facts of its question (1 PutItem each, conditional)."""
-    if message.status != DONE:
+    """Call after the turn is saved: add the durable facts of its question (1 PutItem each, conditional).
+
+    `typed`: False when the user did not write the question themself (a suggestion they clicked, a text the page
+    filled in): a memory is only ever what the user said, so nothing is extracted, and nothing is read."""
+    if message.status != DONE or not typed:
         return MemoryOutcome()
     state = memory_state(store, cache, user_id)
     if not state.enabled:
@@ -164,20 +186,19 @@ def render_block(memories: list[Memory]) -> str:
     return "\n".join([BLOCK_HEADER, *(f"- [{m.create_time[:10]}] {m.text}" for m in memories)])
 
 
-def choose(memories: list[Memory], question: str, budget: int) -> list[Memory]:
-    """All memories if they fit (a stable block the prompt cache keeps); else the most relevant and newest that
-    fit, in date order."""
+def choose(memories: list[Memory], question: str, budget: int, *, stable: int | None = None) -> list[Memory]:
+    """The memories worth their tokens for `question`, in date order: all of them while they fit `stable` (a small
+    block that stays the same from question to question, so the prompt cache keeps it); else those that share a
+    keyword with the question, the most relevant and newest first, within `budget`. A memory unrelated to the
+    question gives its tokens back to recall."""
     if not memories or budget <= 0:
         return []
-    if tokens.count(render_block(memories)) <= budget:
+    if tokens.count(render_block(memories)) <= min(budget, budget if stable is None else stable):
         return list(memories)
-    query = set(tokens.terms(question))
-    ranked = [
-        m
-        for _, _, m in sorted(
-            ((-len(query & set(tokens.terms(m.text))), -i, m) for i, m in enumerate(memories)), key=lambda r: r[:2]
-        )
-    ]
+    bags = [set(tokens.terms(m.text)) for m in memories]
+    query = distinctive(set(tokens.terms(question)), bags)
+    shared = [(len(query & bag), i, m) for i, (m, bag) in enumerate(zip(memories, bags))]
+    ranked = [m for n, _, m in sorted(shared, key=lambda r: (-r[0], -r[1])) if n > 0 or stable is None]
     chosen: list[Memory] = []
     for memory in ranked:
         if tokens.count(render_block(chosen + [memory])) <= budget:

@@ -10,12 +10,12 @@ one, are covered by the running summary.
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from lib import tokens
+from lib.context.relevance import bm25
 from lib.storage.records import DONE, Message
 
 
@@ -27,9 +27,19 @@ class RecalledTurn:
 
 class Recall(Protocol):
     def recall(
-        self, user_id: str, session_id: str, question: str, k: int, *, exclude: frozenset[str] = frozenset()
+        self,
+        user_id: str,
+        session_id: str,
+        question: str,
+        k: int,
+        *,
+        exclude: frozenset[str] = frozenset(),
+        room: int | None = None,
+        cap: int | None = None,
     ) -> list[RecalledTurn]:
-        """The k turns of the session most relevant to `question`, best first, none of `exclude` (message ids)."""
+        """At most k turns of the session most relevant to `question`, best first, none of `exclude` (message ids);
+        `room`: the tokens the caller can spend on them, `cap`: the most it spends on one (a longer turn is sent as
+        an excerpt), so an implementation that reads turns reads what the room can take."""
         ...
 
 
@@ -80,26 +90,27 @@ class KeywordRecall:
         self._k1, self._b = k1, b
 
     def recall(
-        self, user_id: str, session_id: str, question: str, k: int, *, exclude: frozenset[str] = frozenset()
+        self,
+        user_id: str,
+        session_id: str,
+        question: str,
+        k: int,
+        *,
+        exclude: frozenset[str] = frozenset(),
+        room: int | None = None,
+        cap: int | None = None,
     ) -> list[RecalledTurn]:
         pool = self._pools.pool(user_id, session_id)
         query = set(tokens.terms(question))
         docs = [t for t in pool.ordered() if answered(t) and t.message_id not in exclude]
         if not query or not docs or k <= 0:
             return []
-        bags = [pool.terms(t) for t in docs]
-        average = sum(sum(b.values()) for b in bags) / len(bags) or 1.0
-        frequency = Counter(term for bag in bags for term in query if term in bag)
-        scored = []
-        for position, (turn, bag) in enumerate(zip(docs, bags)):
-            length, score = sum(bag.values()), 0.0
-            for term in query:
-                tf = bag.get(term, 0)
-                if tf:
-                    idf = math.log(1 + (len(docs) - frequency[term] + 0.5) / (frequency[term] + 0.5))
-                    score += idf * tf * (self._k1 + 1) / (tf + self._k1 * (1 - self._b + self._b * length / average))
-            if score > 0:
-                scored.append(RecalledTurn(turn, score * (1 + 0.05 * position / len(docs))))
+        scores = bm25(query, [pool.terms(t) for t in docs], k1=self._k1, b=self._b)
+        scored = [
+            RecalledTurn(turn, score * (1 + 0.05 * position / len(docs)))
+            for position, (turn, score) in enumerate(zip(docs, scores))
+            if score > 0
+        ]
         scored.sort(key=lambda r: (-r.score, r.message.message_id))
         return scored[:k]
 

@@ -1,27 +1,57 @@
-"""Semantic recall (SearchVectors over the chat's VEC# items) fused with keyword recall by reciprocal rank fusion.
+"""Hybrid recall: the vector index's candidates ranked by meaning and by keywords together, read as the room needs.
 
-Both return turns of the one chat the question is in. Semantic recall finds them among the user's
-nearest turn vectors (1 SearchVectors request per question, TopK up to 100, the user id from the
-signed-in identity); the best hits of this chat that the browser session does not hold yet are read
-in 1 BatchGetItem (at most k turns, eventually consistent) and join its turn pool, so keyword recall
-knows them too from then on. Neither path may delay the first token: the local model's weights load in
-the background on first use, and until they are in, recall is keyword only.
+One SearchVectors per question (TopK 100 over the user's turn vectors, the user id from the signed-in
+identity) gives the candidates: the hits of this chat, each with its snippet (the question's and the answer's
+start, up to 400 characters) and time, which the request returns anyway. The turns this browser session
+holds (the loaded pages, hits read before) join them with their whole text. Every candidate is ranked twice,
+by the index's distance and by BM25 of the question's terms over its text (the snippet, or the whole turn
+when held), and the two ranks are fused (reciprocal rank fusion, k = 10); a candidate written in a month or
+year the question names, or in the same sitting as one of the three best, ranks higher (the evidence is
+often the neighbour of what matched best). Then the best candidates, as many as the caller's token room
+can take (estimated from their snippets), are read in 1 BatchGetItem of those the session does not hold
+(eventually consistent, at most 100), and ranked again by keywords over their whole text.
+
+So a question reads what it can send, never the chat's history: the same requests at turn 300 as at turn 3.
+Neither path may delay the first token: the local model's weights load in the background on first use, and
+until they are in, recall is keyword recall over the turns held.
 """
 
 from __future__ import annotations
 
+import datetime as dt
+from collections import Counter
+from dataclasses import dataclass
 from typing import Any, Callable
 
-from lib import logs
+from lib import logs, tokens
 from lib.context.recall import KeywordRecall, PoolSource, Recall, RecalledTurn, answered
+from lib.context.relevance import bm25, dates_named, in_dates, ranks
 from lib.errors import ChatError
 
-RRF_K = 60
+RRF_K = 10  # flatter than the usual 60: a turn first in one order and absent from the other still ranks high
+TOP_K = 100  # SearchVectors' most
+FETCH_MAX = 32  # turns read per question at most (1 BatchGetItem, about 8 RRU of 2 KB turns): reads stay a few units however large the budget
+SITTING_S = 30 * 60  # turns this close in time to one of the best are its neighbours
+NEIGHBOUR_BOOST = 0.3
+DATE_BOOST = 0.5
+FETCH_SLACK = 1.25  # read a quarter more than the room's estimate: a turn sent as an excerpt costs less
+TURN_OVERHEAD = 12  # tokens of a recalled turn's date and role labels
 Fetch = Callable[[str, str, list], list]  # (user_id, session_id, message ids) -> the turns, 1 BatchGetItem
 
 
-class SemanticRecall:
-    """The chat's turns nearest to the question, from the index, and the hits not yet held read by id."""
+@dataclass
+class _Candidate:
+    message_id: str
+    time: str
+    text: str  # the whole turn when held, else the index's snippet
+    held: bool
+    semantic: int | None = None  # rank by the index's distance (1 = nearest)
+    score: float = 0.0
+
+
+class HybridRecall:
+    """Candidates from one SearchVectors and the session's pool, ranked by meaning and keywords; the best not held
+    read in one BatchGetItem, as many as the room needs."""
 
     def __init__(self, indexer: Any, pools: PoolSource, fetch: Fetch | None = None):
         self._indexer = indexer
@@ -33,60 +63,113 @@ class SemanticRecall:
         return self._indexer.embedder.ready()
 
     def recall(
-        self, user_id: str, session_id: str, question: str, k: int, *, exclude: frozenset[str] = frozenset()
+        self,
+        user_id: str,
+        session_id: str,
+        question: str,
+        k: int,
+        *,
+        exclude: frozenset[str] = frozenset(),
+        room: int | None = None,
+        cap: int | None = None,
     ) -> list[RecalledTurn]:
-        if k <= 0 or not question.strip() or not self.ready():
+        if k <= 0 or not question.strip():
             return []
+        if not self.ready():
+            return KeywordRecall(self._pools).recall(user_id, session_id, question, k, exclude=exclude)
         pool = self._pools.pool(user_id, session_id)
-        try:
-            vector = self._indexer.embedder.embed([question], "query").vectors[0]
-            hits = self._indexer.vectors.search(user_id, vector, min(100, 4 * k + 20), kind="turn")
-        except ChatError as exc:  # the index or the model cannot answer now: keyword recall still does
-            logs.warning("recall.semantic_failed", session_id=session_id, error_class=type(exc).__name__)
+        candidates = self._candidates(user_id, session_id, question, pool, exclude)
+        if not candidates:
             return []
-        ranked = [
-            (hit.item.get("message_id", ""), hit.score)
-            for hit in hits
-            if hit.item.get("session_id") == session_id
-            and hit.item.get("embed_model") == self._indexer.embedder.model
-            and hit.item.get("message_id") not in exclude
-        ][:k]
-        missing = [m for m, _ in ranked if m not in pool.turns]
+        query = set(tokens.terms(question))
+        self._rank(candidates, query, dates_named(question))
+        chosen, spent = [], 0
+        for candidate in sorted(candidates.values(), key=lambda c: (-c.score, c.message_id)):
+            if len(chosen) >= k or (room is not None and spent >= room * FETCH_SLACK):
+                break
+            chosen.append(candidate)
+            need = tokens.count(candidate.text)
+            spent += (need if cap is None else min(need, cap)) + TURN_OVERHEAD
+        missing = [c.message_id for c in chosen if not c.held][:FETCH_MAX]
         if missing and self._fetch is not None:
             try:
                 pool.add(self._fetch(user_id, session_id, missing))
             except ChatError as exc:  # throttled past retries: recall what is held, the question still goes
                 logs.warning("recall.fetch_failed", session_id=session_id, error_class=type(exc).__name__)
-        out = []
-        for message_id, score in ranked:
-            turn = pool.turns.get(message_id)
-            if turn is not None and answered(turn):
-                out.append(RecalledTurn(turn, 2.0 - score))  # COSINE: 0 is identical
+        found = {c.message_id: pool.turns.get(c.message_id) for c in chosen}
+        kept = {i: c for i, c in enumerate(chosen) if found[c.message_id] is not None and answered(found[c.message_id])}
+        for c in kept.values():  # the whole text now: keywords ranked again over what was read
+            c.text, c.held = _text(found[c.message_id]), True
+        again = {c.message_id: c for c in kept.values()}
+        self._rank(again, query, dates_named(question))
+        order = sorted(again.values(), key=lambda c: (-c.score, c.message_id))
+        return [RecalledTurn(found[c.message_id], c.score) for c in order]
+
+    def _candidates(
+        self, user_id: str, session_id: str, question: str, pool: Any, exclude: frozenset[str]
+    ) -> dict[str, _Candidate]:
+        out: dict[str, _Candidate] = {}
+        try:
+            vector = self._indexer.embedder.embed([question], "query").vectors[0]
+            hits = self._indexer.vectors.search(user_id, vector, TOP_K, kind="turn")
+        except ChatError as exc:  # the index or the model cannot answer now: keyword recall over the pool still does
+            logs.warning("recall.semantic_failed", session_id=session_id, error_class=type(exc).__name__)
+            hits = []
+        rank = 0
+        for hit in hits:
+            item = hit.item
+            message_id = item.get("message_id", "")
+            if (
+                item.get("session_id") != session_id
+                or item.get("embed_model") != self._indexer.embedder.model
+                or message_id in exclude
+                or message_id in out
+            ):
+                continue
+            rank += 1
+            held = pool.turns.get(message_id)
+            if held is not None and not answered(held):
+                continue  # a Retry in progress: the index still has the old answer's snippet
+            text = _text(held) if held is not None else str(item.get("snippet", ""))
+            out[message_id] = _Candidate(message_id, str(item.get("create_time", "")), text, held is not None, rank)
+        for turn in pool.ordered():  # the turns held: keyword candidates with their whole text
+            if turn.message_id not in out and turn.message_id not in exclude and answered(turn):
+                out[turn.message_id] = _Candidate(turn.message_id, turn.create_time, _text(turn), True)
         return out
 
+    @staticmethod
+    def _rank(candidates: dict[str, _Candidate], query: set[str], dates: set[str]) -> None:
+        """Each candidate's fused score: meaning and keyword ranks, then the boosts of a named date and a sitting."""
+        listed = list(candidates.values())
+        keyword = ranks(bm25(query, [Counter(tokens.terms(c.text)) for c in listed]))
+        semantic = sorted((c for c in listed if c.semantic is not None), key=lambda c: c.semantic)
+        for position, c in enumerate(semantic, 1):
+            c.semantic = position  # renumbered among these candidates
+        for i, c in enumerate(listed):
+            c.score = (1 / (RRF_K + c.semantic) if c.semantic else 0.0) + (
+                1 / (RRF_K + keyword[i]) if i in keyword else 0.0
+            )
+            if dates and in_dates(c.time, dates):
+                c.score *= 1 + DATE_BOOST
+        best = sorted(listed, key=lambda c: (-c.score, c.message_id))[:3]
+        sittings = [t for t in (_seconds(c.time) for c in best) if t is not None]
+        for c in listed:
+            at = _seconds(c.time) if sittings and c not in best else None
+            if at is not None and any(abs(at - t) <= SITTING_S for t in sittings):
+                c.score *= 1 + NEIGHBOUR_BOOST
 
-class FusedRecall:
-    """Keyword and semantic recall, fused: score = sum over the lists of 1 / (60 + rank)."""
 
-    def __init__(self, *parts: Recall):
-        self._parts = parts
+def _text(turn: Any) -> str:
+    return f"{turn.input_body}\n{turn.output_body}"
 
-    def recall(
-        self, user_id: str, session_id: str, question: str, k: int, *, exclude: frozenset[str] = frozenset()
-    ) -> list[RecalledTurn]:
-        scores: dict[str, float] = {}
-        turns: dict[str, Any] = {}
-        for part in self._parts:
-            for rank, found in enumerate(part.recall(user_id, session_id, question, k, exclude=exclude), 1):
-                key = found.message.message_id
-                scores[key] = scores.get(key, 0.0) + 1 / (RRF_K + rank)
-                turns[key] = found.message
-        best = sorted(scores, key=lambda key: (-scores[key], key))[:k]
-        return [RecalledTurn(turns[key], scores[key]) for key in best]
+
+def _seconds(time: str) -> float | None:
+    try:
+        return dt.datetime.fromisoformat(time[:19]).timestamp()
+    except ValueError:  # an item of another shape: no sitting
+        return None
 
 
 def fused_recall(pools: PoolSource, indexer: Any, fetch: Fetch | None = None) -> Recall:
-    """Keyword recall alone without an indexer (CHAT_EMBED_PROVIDER=off), else keyword + semantic."""
-    keyword = KeywordRecall(pools)
-    # semantic first: the hits it reads join the pool, so keyword recall scores them in the same question
-    return keyword if indexer is None else FusedRecall(SemanticRecall(indexer, pools, fetch), keyword)
+    """Keyword recall alone without an indexer (CHAT_EMBED_PROVIDER=off), else hybrid recall over the index."""
+    return KeywordRecall(pools) if indexer is None else HybridRecall(indexer, pools, fetch)

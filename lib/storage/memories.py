@@ -38,6 +38,11 @@ def memory_id(text: str) -> str:
     return hashlib.sha256(normalise(text).encode("utf-8")).hexdigest()[:20]
 
 
+# What `load` reads of a memory or preference item (its `embedding` is the index's business, not the prompt's).
+_LOADED = "pk, sk, user_id, #text, #kind, source_session_id, source_message_id, create_time, update_time, enabled"
+_LOADED_NAMES = {"#text": "text", "#kind": "kind"}
+
+
 class MemoryStore:
     def __init__(self, client: Any, table: str, meter: Meter | None = None):
         self._db = Gateway(client, table, meter)
@@ -53,6 +58,9 @@ class MemoryStore:
         with self._db.action(action, user_id):
             items = self._db.query_all(
                 KeyConditionExpression="pk = :pk AND sk BETWEEN :low AND :high",
+                # Everything but the vector: the same units (billed on whole items), half the time to parse
+                ProjectionExpression=_LOADED,
+                ExpressionAttributeNames=_LOADED_NAMES,
                 ExpressionAttributeValues=to_item({":pk": pk, ":low": low, ":high": high}),
                 ConsistentRead=True,
             )

@@ -69,6 +69,14 @@ class TestContextOnThePage:
         ]
         assert {part.get("id") for part in message.context if part["kind"] == "memory"} == {m.memory_id for m in kept}
 
+    def test_a_suggestion_clicked_is_sent_but_keeps_no_memory(self):
+        at = new_browser()
+        (chip,) = [b for b in at.button if b.label.startswith("Draft a short email")]
+        settle(chip.click().run())
+        (message,) = services().store.open_session(DEV, open_id(at)).messages
+        assert message.input_body.startswith("Draft a short email") and message.status == DONE
+        assert memories() == []  # what the user clicked is not a fact about them
+
     def test_a_summary_written_after_the_save_shows_its_divider_with_view_and_regenerate(self, monkeypatch):
         monkeypatch.setenv("CHAT_VERBATIM_TURNS", "1")
         monkeypatch.setenv("CHAT_SUMMARY_EVERY", "2")
@@ -80,7 +88,7 @@ class TestContextOnThePage:
         assert summary is not None and summary.covered_turns == 2
         captions = [c.value for c in at.caption]
         assert any("Earlier turns summarised (2 turns" in c for c in captions)
-        records = requests_made(lambda: button(at, "Regenerate").click().run())
+        records = requests_made(lambda: button(at, "Regenerate summary").click().run())
         # the turns it covers (1 Query), then the conditional write
         assert not at.exception and [r.operation for r in records] == ["Query", "PutItem"]
         assert at.session_state["chat_view"].summary.version == summary.version + 1

@@ -79,6 +79,7 @@ class Handoff:
     summary: Summary | None
     memories: ContextCache  # a private copy of the user's known memories (the extractor de-duplicates on it)
     first: bool
+    typed: bool = True  # the user wrote the question (False: a suggestion clicked): only then are memories kept
 
 
 class ChatService:
@@ -116,10 +117,12 @@ class ChatService:
         summary: Summary | None,
         cache: ContextCache,
         model: str | None = None,
+        typed: bool = True,
     ) -> Sent:
         """Commit `question` (a new chat when `session` is None) and start its answer, with `model` (an id of the
-        catalog; None: the chat's own, else the default). Raises GenerationLimit or ModelNotOffered (nothing
-        committed) or the store's domain errors; the caller keeps the text on any ChatError."""
+        catalog; None: the chat's own, else the default). `typed`: False for a question the user did not write
+        (a suggestion they clicked), from which no memory is kept. Raises GenerationLimit or ModelNotOffered
+        (nothing committed) or the store's domain errors; the caller keeps the text on any ChatError."""
         if not question.strip():
             raise EmptyQuestion("Type a question first.")
         answering = self._model(session, model)
@@ -141,7 +144,7 @@ class ChatService:
             first = session is None
             version = self._bump(user_id, turn.session.session_id)
             turns = tuple(m for m in history if m.message_id != turn.message.message_id) + (turn.message,)
-            handoff = Handoff(user_id, turn.session, turns, summary, _private(cache, user_id), first)
+            handoff = Handoff(user_id, turn.session, turns, summary, _private(cache, user_id), first, typed)
             live = self._start(turn, handoff, admission)
         return Sent(turn.session, turn.message, live, version, first, admission.waited)
 
@@ -170,10 +173,16 @@ class ChatService:
                 cache=cache,
                 summary=summary,
             )
-            version = self._bump(user_id, session.session_id)
-            turns = tuple(turn.message if m.message_id == message.message_id else m for m in history)
-            handoff = Handoff(user_id, turn.session, turns, summary, _private(cache, user_id), False)
-            live = self._start(turn, handoff, admission)
+            return self._restarted(user_id, message, turn, history, summary, cache, admission)
+
+    def _restarted(self, user_id, message, turn, history, summary, cache, admission) -> Sent:
+        """A turn answered again in place (Retry, Regenerate, Edit): the chat's counter moves and the worker
+        starts; its post-save work does not build on a summary that covers the turn."""
+        version = self._bump(user_id, turn.session.session_id)
+        turns = tuple(turn.message if m.message_id == message.message_id else m for m in history)
+        kept = summary if summary is None or summary.covered_until < message.message_id else None
+        handoff = Handoff(user_id, turn.session, turns, kept, _private(cache, user_id), False)
+        live = self._start(turn, handoff, admission)
         return Sent(turn.session, turn.message, live, version, False, admission.waited)
 
     def regenerate(
@@ -215,12 +224,7 @@ class ChatService:
             self._forget_covering_summary(user_id, session.session_id, message, summary)
             if question is not None:
                 self._forget_question_memories(cache, user_id, message)
-            version = self._bump(user_id, session.session_id)
-            turns = tuple(turn.message if m.message_id == message.message_id else m for m in history)
-            kept = summary if summary is None or summary.covered_until < message.message_id else None
-            handoff = Handoff(user_id, turn.session, turns, kept, _private(cache, user_id), False)
-            live = self._start(turn, handoff, admission)
-        return Sent(turn.session, turn.message, live, version, False, admission.waited)
+            return self._restarted(user_id, message, turn, history, summary, cache, admission)
 
     def flip(
         self, user_id: str, session: Session, message: Message, version: int, *, summary: Summary | None
@@ -299,7 +303,9 @@ class ChatService:
         title = (live.renamed or handoff.session).title
         if indexer is not None:
             quietly("index", lambda: index_turn_after_save(indexer, user, title, saved))  # for Search
-        added = quietly("memories", lambda: engine.extract_memories_after_save(handoff.memories, user, saved))
+        added = quietly(
+            "memories", lambda: engine.extract_memories_after_save(handoff.memories, user, saved, typed=handoff.typed)
+        )
         memories = tuple(getattr(added, "added", ()))
         live.publish_memories(memories)
         for memory in memories if indexer is not None else ():

@@ -489,7 +489,7 @@ class ChatPage(LiveTurns):
             st.error(error[1], icon=":material/error:")
 
     # --- a turn, answered by a worker -----------------------------------------------------------------
-    def ask(self, question: str) -> None:
+    def ask(self, question: str, *, typed: bool = True) -> None:
         if not question.strip():
             return  # an empty or whitespace-only question is ignored
         first = self.view.session is None
@@ -504,6 +504,7 @@ class ChatPage(LiveTurns):
                     summary=self.view.summary,
                     cache=self.cache,
                     model=self._picked_model(),
+                    typed=typed,
                 )
             except ChatError as exc:  # nothing typed is lost; the composer shows why, also after a rerun
                 st.session_state["unsent"], st.session_state[UNSENT_REASON] = question, str(exc)
@@ -599,7 +600,7 @@ class ChatPage(LiveTurns):
         if question:
             st.session_state.pop("unsent", None)
             st.session_state.pop(UNSENT_REASON, None)
-            self.ask(question)
+            self.ask(question, typed=bool(typed))  # a suggestion clicked is not a fact about the user
         unsent = st.session_state.get("unsent")
         if unsent:
             if st.session_state.get(UNSENT_REASON):

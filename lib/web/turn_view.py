@@ -214,14 +214,14 @@ def _clip(text: str, limit: int = 80) -> str:
 
 
 def summary_divider(summary: Any, label: str, regenerate: Any) -> None:
-    """Where the chat's running summary ends: its label, View (the text) and Regenerate."""
+    """Where the chat's running summary ends: its label, View (the text) and Regenerate summary."""
     with st.container(horizontal=True, vertical_alignment="center", gap="small", key="summary-divider"):
         st.caption(f":material/summarize: {label}")
         view = st.popover("View", type="tertiary", key=f"summary-view-{summary.version}", on_change="rerun")
         if view.open:
             render_markdown(view, summary.text)
         st.button(
-            "Regenerate",
+            "Regenerate summary",
             type="tertiary",
             icon=":material/refresh:",
             key=f"summary-regen-{summary.version}",

@@ -2,12 +2,19 @@
 of one user, recall@10 on a labelled set, the extra write units of a turn's vector item, and reindex time.
 
     python bench/search.py [--sizes 1000,10000,50000] [--queries 40] [--reindex 10000]
+    python bench/search.py --requests-only [--sizes 1000,10000]   # the SearchVectors request breakdown alone
 
 Everything runs in this process against a LocalDynamo on a temporary data folder (SQLite), with the local
 embedder (wordllama, 256-d). Latency is the whole search as the page runs it: embed the query, SearchVectors
 (TopK 100), keyword ranks and RRF. "cold" is the first search of a user after a restart (its vectors read from
 SQLite); p50/p95 are warm; "right after a write" searches once a new turn's vector was put, as a chat's recall
 does after the previous turn was saved. Prints Markdown tables for docs/performance.md.
+
+The request breakdown sends one SearchVectors (TopK 100, the app's metered client) against the same user's
+vectors and sets it beside a bare numpy top-100 scan of the same matrix: the server's share (time inside the
+embedded server's WSGI app, and inside the search itself), botocore's own serializing and parsing of the same
+request and response, and what is left (HTTP on loopback, threads handing over). CPU is the whole process's
+(client and server share it), so it counts numpy's BLAS threads too.
 """
 
 from __future__ import annotations
@@ -32,7 +39,8 @@ from lib.storage import keys  # noqa: E402
 from lib.storage.capacity import Meter  # noqa: E402
 from lib.storage.gateway import Gateway, to_item  # noqa: E402
 from lib.storage.records import DONE, Message  # noqa: E402
-from lib.storage.schema import create_table  # noqa: E402
+from lib.storage.schema import DEFAULT_DIMENSIONS, VECTOR_INDEX, create_table  # noqa: E402
+from lib.storage.vectors import TurnVector, VectorStore, number_list  # noqa: E402
 
 TOPICS = [
     "deploy",
@@ -294,16 +302,182 @@ def reindex_time(indexer: Indexer, client, table: str, turns: int) -> list:
     ]
 
 
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def random_vectors(client, user: str, size: int, seed: int) -> None:
+    """`size` turn vector items of random 256-d vectors (what the breakdown needs: no embedder)."""
+    rng = random.Random(seed)
+    store = VectorStore.open(client, "chat")
+    session = keys.new_id()
+    turns = [
+        TurnVector(
+            session,
+            keys.new_id(),
+            "A chat title of ordinary length",
+            "snippet " * 50,
+            keys.now(),
+            "bench",
+            [rng.uniform(-1, 1) for _ in range(DEFAULT_DIMENSIONS)],
+        )
+        for _ in range(size)
+    ]
+    for start in range(0, size, 500):
+        store.put_turns(user, turns[start : start + 500])
+
+
+def request_breakdown(client, user: str, runs: int = 300) -> dict[str, tuple[float, float]]:
+    """What one SearchVectors of TopK 100 costs and where it goes: name -> (wall ms, CPU ms), medians (module
+    docstring); "request p95" has the 95th percentiles. Each round measures every part once, one after another, so
+    the medians share the machine's load (other processes on its cores move every figure)."""
+    import json
+
+    import numpy as np
+    from botocore.parsers import create_parser
+    from botocore.serialize import create_serializer
+
+    from lib.embedded import server as embedded
+    from lib.embedded import vectors
+
+    rng = random.Random(7)
+    query = [rng.uniform(-1, 1) for _ in range(DEFAULT_DIMENSIONS)]
+    params = dict(
+        TableName="chat",
+        IndexName=VECTOR_INDEX,
+        SearchVector=to_item({"v": number_list(query)})["v"]["L"],
+        TopK=100,
+        SearchConditionExpression="user_id = :u AND #k = :k",
+        ExpressionAttributeNames={"#k": "kind"},
+        ExpressionAttributeValues=to_item({":u": user, ":k": "turn"}),
+        ReturnConsumedCapacity="TOTAL",
+    )
+    client.search_vectors(**params)  # the user's vectors in memory: warm, as a page's searches are
+    body_request = json.loads(json.dumps(params))
+    backend = embedded.moto_backend("us-east-1")
+    with embedded.REQUEST_LOCK:
+        body = vectors.STATE.search(body_request, backend)
+        part = vectors.STATE._partition(backend.tables["chat"], vectors.STATE.defs["chat"][0], user)
+        _, matrix, norms = part.matrix(DEFAULT_DIMENSIONS)
+    assert len(json.loads(body)["SearchResults"]) == 100
+    q = np.array(query, dtype=np.float32)
+    model = client.meta.service_model.operation_model("SearchVectors")
+    serializer, parser = create_serializer("json"), create_parser("json")
+
+    def numpy_scan():
+        distances = 1 - (matrix @ q) / (norms * np.linalg.norm(q))
+        top = np.argpartition(distances, 100)[:100]
+        return top[np.argsort(distances[top])]
+
+    def search():
+        with embedded.REQUEST_LOCK:
+            vectors.STATE.search(body_request, backend)
+
+    numpy_scan()
+    scans = []
+    for _ in range(runs):  # apart from the rest: numpy's BLAS threads spin on after it, into what follows
+        wall, cpu = time.perf_counter(), time.process_time()
+        numpy_scan()
+        scans.append(((time.perf_counter() - wall) * 1000, (time.process_time() - cpu) * 1000))
+    parts = {
+        # the process's CPU for the request: client and server threads, and numpy's BLAS threads
+        "SearchVectors request": (lambda: client.search_vectors(**params), time.process_time),
+        "server: of it, the search": (search, time.thread_time),
+        "botocore: serialize the request": (lambda: serializer.serialize_to_request(params, model), time.thread_time),
+        "botocore: parse the response": (
+            lambda: parser.parse({"status_code": 200, "headers": {}, "body": body}, model.output_shape),
+            time.thread_time,
+        ),
+        "GetItem of a missing key (any request's floor)": (
+            lambda: client.get_item(TableName="chat", Key=to_item({"pk": "none", "sk": "none"})),
+            time.process_time,
+        ),
+    }
+    figures: dict[str, tuple[list[float], list[float]]] = {name: ([], []) for name in parts}
+    inside: list[tuple[float, float]] = []  # (wall, CPU) of the server's thread inside its WSGI app
+    original = embedded._SerializedApp.__call__
+
+    def timed_app(self, environ, start_response):
+        wall, cpu = time.perf_counter(), time.thread_time()
+        try:
+            return original(self, environ, start_response)
+        finally:
+            if environ.get("HTTP_X_AMZ_TARGET", "").endswith(".SearchVectors"):
+                inside.append(((time.perf_counter() - wall) * 1000, (time.thread_time() - cpu) * 1000))
+
+    embedded._SerializedApp.__call__ = timed_app
+    try:
+        for _ in range(runs):
+            for name, (fn, clock) in parts.items():
+                wall, cpu = time.perf_counter(), clock()
+                fn()
+                figures[name][0].append((time.perf_counter() - wall) * 1000)
+                figures[name][1].append((clock() - cpu) * 1000)
+    finally:
+        embedded._SerializedApp.__call__ = original
+    med = statistics.median
+    out = {name: (med(walls), med(cpus)) for name, (walls, cpus) in figures.items()}
+    out["bare numpy top-100 scan"] = (med(w for w, _ in scans), med(c for _, c in scans))
+    walls, cpus = figures["SearchVectors request"]
+    out["request p95"] = (percentile(walls, 0.95), percentile(cpus, 0.95))
+    out["server: WSGI app"] = (med(w for w, _ in inside), med(c for _, c in inside))
+    accounted = ("server: WSGI app", "botocore: serialize the request", "botocore: parse the response")
+    out["rest: HTTP on loopback, SigV4, botocore hooks, threads"] = (
+        out["SearchVectors request"][0] - sum(out[k][0] for k in accounted),
+        out["SearchVectors request"][1] - sum(out[k][1] for k in accounted),
+    )
+    order = [
+        "SearchVectors request",
+        "request p95",
+        "bare numpy top-100 scan",
+        "server: WSGI app",
+        "server: of it, the search",
+        "botocore: serialize the request",
+        "botocore: parse the response",
+        "rest: HTTP on loopback, SigV4, botocore hooks, threads",
+        "GetItem of a missing key (any request's floor)",
+    ]
+    return {name: out[name] for name in order}
+
+
+def print_breakdown(client, sizes: list[int]) -> None:
+    import os
+
+    print(
+        "\nSearchVectors request (TopK 100, kind filter, ReturnConsumedCapacity), warm: wall and CPU ms, medians, "
+        f"beside a bare numpy top-100 scan of the same matrix (load average {os.getloadavg()[0]:.1f})\n"
+    )
+    rows = []
+    for size in sizes:
+        figures = request_breakdown(client, f"u{size}")
+        scan = figures["bare numpy top-100 scan"][0]
+        for name, (wall, cpu) in figures.items():
+            rows.append([f"{size:,}", name, f"{wall:.2f}", f"{cpu:.2f}"])
+        rows.append([f"{size:,}", "request p50 / numpy scan", f"{figures['SearchVectors request'][0] / scan:.1f}x", ""])
+    print_table(["Vectors", "What", "Wall ms", "CPU ms"], rows)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="1000,10000,50000")
     parser.add_argument("--queries", type=int, default=40)
     parser.add_argument("--fillers", type=int, default=2000)
     parser.add_argument("--reindex", type=int, default=10000)
+    parser.add_argument("--requests-only", action="store_true", help="only the SearchVectors request breakdown")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     data = Path(tempfile.mkdtemp(prefix="bench-search-")) / "data"
     meter = Meter(trust_reported=False)
+    if args.requests_only:
+        server = LocalDynamo(data).start()
+        client = meter.install(local_client(server))
+        create_table(client, "chat", wait=False)
+        for n, size in enumerate(sizes):
+            random_vectors(client, f"u{size}", size, n)
+        print_breakdown(client, sizes)
+        server.stop()
+        return
 
     def start():
         return LocalDynamo(data).start()
@@ -318,6 +492,7 @@ def main() -> None:
     indexer = Indexer(Gateway(client, "chat", meter), LocalEmbedder())
     LocalEmbedder._load()
     rows = latency(indexer, meter, sizes, args.queries, data)
+    print_breakdown(client, sizes)
     print(
         "\nSearch latency, one user (embed + SearchVectors TopK 100 + keyword ranks + RRF), ms; bytes = "
         "VectorSearchRequestBytes per search (the emulator's model)\n"

@@ -22,6 +22,10 @@ class VersionChanged(ChatError):
     still being answered."""
 
 
+class InvalidInstructions(ChatError):
+    """Custom instructions over their length limit."""
+
+
 class ModelNotOffered(ChatError):
     """A question asked for a model id that is not on the list this deployment offers (CHAT_MODELS)."""
 

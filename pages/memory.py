@@ -1,4 +1,5 @@
-"""Memory: the facts the assistant keeps from what you wrote, to edit, delete or switch off. Thin over lib.context."""
+"""Memory: your custom instructions, and the facts the assistant keeps from what you wrote, to edit, delete or
+switch off. Thin over lib.context."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import streamlit as st
 from lib import tokens
 from lib.context.cache import cache_in
 from lib.context.memories import RULES
+from lib.storage.records import INSTRUCTIONS_MAX_CHARS
 from lib.web import ui
 from lib.web.bootstrap import start_page
 from lib.web.render import safe_markdown
@@ -35,7 +37,32 @@ def changed() -> None:
 
 
 with ui.errors_shown():
-    memories, enabled = engine.memories.load(me.user_id)
+    memories, enabled, instructions = engine.memories.load_all(me.user_id)  # 1 Query: all three
+    with st.expander("Custom instructions", icon=":material/tune:", expanded=not instructions.empty):
+        st.caption(
+            "Tell the assistant once what it should know about you and how to answer; every chat's instructions "
+            "include them (see “What the model saw”). You write them: nothing is extracted into them."
+        )
+        with st.form("instructions", border=False):
+            about = st.text_area(
+                "About you",
+                value=instructions.about,
+                max_chars=INSTRUCTIONS_MAX_CHARS,
+                placeholder="I work in the payments team; our services run on AWS in eu-central-1.",
+            )
+            style = st.text_area(
+                "How to answer",
+                value=instructions.style,
+                max_chars=INSTRUCTIONS_MAX_CHARS,
+                placeholder="Answer in German. Code in Go. Short answers first, details after.",
+            )
+            if st.form_submit_button("Save instructions", type="primary"):
+                saved = engine.memories.set_instructions(me.user_id, about, style)
+                cache.learn_instructions(me.user_id, saved)
+                st.toast(
+                    "Instructions saved: your next question uses them." if not saved.empty else "Instructions cleared."
+                )
+                st.rerun()
     on = st.toggle(
         "Remember facts from my chats",
         value=enabled,

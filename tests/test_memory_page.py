@@ -83,7 +83,7 @@ class TestMemoryPage:
     def test_an_empty_edit_is_refused_with_a_sentence(self, engine):
         engine.memories.add(DEV, "I use vim.", session_id=None, message_id=None)
         at = memory_page()
-        at.text_area[0].set_value("   ")
+        [t for t in at.text_area if t.value == "I use vim."][0].set_value("   ")
         [b for b in at.button if b.label == "Save"][0].click().run()
         assert not at.exception and "cannot be empty" in at.error[0].value
         assert [m.text for m in engine.memories.load(DEV)[0]] == ["I use vim."]

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import MutableMapping
 
 from lib.context.recall import TurnPool
-from lib.storage.records import Memory
+from lib.storage.records import Instructions, Memory
 
 MAX_POOLS = 4  # chats per browser session; each holds at most lib.context.recall.MAX_POOL_TURNS turns
 
@@ -26,6 +26,7 @@ MAX_POOLS = 4  # chats per browser session; each holds at most lib.context.recal
 class MemoryState:
     memories: list[Memory]
     enabled: bool
+    instructions: Instructions = field(default_factory=Instructions)  # the user's own, read in the same Query
 
 
 @dataclass
@@ -53,7 +54,13 @@ class ContextCache:
         known = {m.memory_id for m in state.memories}
         fresh = [m for m in added if m.memory_id not in known]
         if fresh:
-            self.memory[user_id] = MemoryState(state.memories + fresh, state.enabled)
+            self.memory[user_id] = MemoryState(state.memories + fresh, state.enabled, state.instructions)
+
+    def learn_instructions(self, user_id: str, instructions: Instructions) -> None:
+        """This session saved the user's instructions: its next question uses them without a read."""
+        state = self.memory.get(user_id)
+        if state is not None:
+            self.memory[user_id] = MemoryState(state.memories, state.enabled, instructions)
 
     def forget_memories(self, user_id: str) -> None:
         """After the Memory page changed something: the next question reads them again (1 Query)."""

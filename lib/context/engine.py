@@ -6,7 +6,7 @@ Requests per question (the budget: at most 2 beyond what the page loaded, the sa
     semantic recall         1 SearchVectors when the table has the vector index (billed in bytes, not units),
                             none for the first question of a chat or while every earlier turn is loaded and fits
     recalled older turns    at most 1 BatchGetItem of the best hits the session does not hold (as many as the
-                            budget can take, at most 100)
+                            budget can take, at most 32)
 Recall never Queries the chat's history. After the answer is saved (never before the first token): a summary,
 when due (1 PutItem, conditional), and 1 conditional PutItem per new memory.
 """
@@ -87,9 +87,11 @@ class ContextEngine:
         `earlier_turns`: how many turns precede the question (default: the session's count less the question
         just committed); `before`: a Retry's message id, so no later turn is recalled."""
         memories: list = []
+        instructions = ""
         if user_id:
-            state = memory_state(self.memories, cache, user_id)
+            state = memory_state(self.memories, cache, user_id)  # the instructions come in the same Query
             memories = state.memories if state.enabled else []
+            instructions = state.instructions.block()
         if earlier_turns is None:
             earlier_turns = max(session.message_count - 1, 0) if session else 0
         if session is not None:
@@ -106,6 +108,7 @@ class ContextEngine:
             summary=summary,
             earlier_turns=earlier_turns,
             before=before,
+            instructions=instructions,
         )
 
     def summarize_after_save(

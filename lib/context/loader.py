@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from lib import tokens
 from lib.context import memories as memory_rules
@@ -166,8 +166,37 @@ class SessionContextLoader:
         summary: Summary | None = None,
         earlier_turns: int | None = None,
         before: str | None = None,
+        instructions: str = "",
     ) -> Context:
-        """The prompt for `question` after `history` (earlier turns the caller has, oldest first)."""
+        """The prompt for `question` after `history` (earlier turns the caller has, oldest first). `instructions`:
+        the user's custom instructions, part of the system text (always sent, like it), listed as their own part."""
+        if not instructions:
+            return self._load(
+                user_id, session_id, system, question, history, budget, memories, summary, earlier_turns, before
+            )
+        context = self._load(
+            user_id,
+            session_id,
+            f"{system}\n\n{instructions}",
+            question,
+            history,
+            budget,
+            memories,
+            summary,
+            earlier_turns,
+            before,
+        )
+        own = min(tokens.count(instructions) + 1, context.sources[0].tokens)  # + the blank line that joins them
+        sources = (
+            Source("system", context.sources[0].tokens - own),
+            Source("instructions", own),
+            *context.sources[1:],
+        )
+        return replace(context, sources=sources)
+
+    def _load(
+        self, user_id, session_id, system, question, history, budget, memories, summary, earlier_turns, before
+    ) -> Context:
         turns = sorted((m for m in history if answered(m)), key=lambda m: m.message_id)
         earlier = max(earlier_turns if earlier_turns is not None else len(history), len(history))
         base = tokens.count(system) + tokens.count(question)

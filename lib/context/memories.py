@@ -126,8 +126,8 @@ def memory_state(store: MemoryStore, cache: ContextCache, user_id: str) -> Memor
     """The user's memories and switch: from the browser session's cache, else 1 Query."""
     state = cache.memory.get(user_id)
     if state is None:
-        memories, enabled = store.load(user_id)
-        state = cache.memory[user_id] = MemoryState(memories, enabled)
+        memories, enabled, instructions = store.load_all(user_id)
+        state = cache.memory[user_id] = MemoryState(memories, enabled, instructions)
     return state
 
 

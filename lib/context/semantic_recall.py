@@ -9,7 +9,7 @@ when held), and the two ranks are fused (reciprocal rank fusion, k = 10); a cand
 year the question names, or in the same sitting as one of the three best, ranks higher (the evidence is
 often the neighbour of what matched best). Then the best candidates, as many as the caller's token room
 can take (estimated from their snippets), are read in 1 BatchGetItem of those the session does not hold
-(eventually consistent, at most 100), and ranked again by keywords over their whole text.
+(eventually consistent, at most FETCH_MAX), and ranked again by keywords over their whole text.
 
 So a question reads what it can send, never the chat's history: the same requests at turn 300 as at turn 3.
 Neither path may delay the first token: the local model's weights load in the background on first use, and
@@ -30,7 +30,7 @@ from lib.errors import ChatError
 
 RRF_K = 10  # flatter than the usual 60: a turn first in one order and absent from the other still ranks high
 TOP_K = 100  # SearchVectors' most
-FETCH_MAX = 32  # turns read per question at most (1 BatchGetItem, about 8 RRU of 2 KB turns): reads stay a few units however large the budget
+FETCH_MAX = 32  # turns read per question at most: 1 BatchGetItem of at most 16 RRU (32 turns under 4 KB)
 SITTING_S = 30 * 60  # turns this close in time to one of the best are its neighbours
 NEIGHBOUR_BOOST = 0.3
 DATE_BOOST = 0.5

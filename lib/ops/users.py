@@ -112,9 +112,20 @@ def export_user(store: ChatStore, db: Operator, user_id: str, out: Path) -> dict
                 default=str,
             ),
         )
+        preferences = db.preference_records(user_id)  # the memory switch and the custom instructions
+        archive.writestr(
+            "preferences.json",
+            json.dumps(
+                [{k: v for k, v in p.items() if k not in ("pk",)} for p in preferences],
+                ensure_ascii=False,
+                indent=2,
+                default=str,
+            ),
+        )
         archive.writestr(
             "README.txt",
             f"All chats of {user_id}, exported {keys.now()}: {sessions} chats, {turns} "
-            "turns, as Markdown (to read) and JSON (every field), plus memories.json.\n",
+            "turns, as Markdown (to read) and JSON (every field), plus memories.json and preferences.json (the "
+            "memory switch and the custom instructions).\n",
         )
     return {"sessions": sessions, "turns": turns, "memories": len(memories)}

@@ -13,7 +13,7 @@ import hashlib
 import re
 from typing import Any
 
-from lib.errors import EmptyMessage, MemoryNotFound
+from lib.errors import EmptyMessage, InvalidInstructions, MemoryNotFound
 from lib.storage import keys
 from lib.storage.capacity import Meter
 from lib.storage.gateway import (
@@ -23,9 +23,10 @@ from lib.storage.gateway import (
     storable_text,
     to_item,
 )
-from lib.storage.records import Memory
+from lib.storage.records import INSTRUCTIONS_MAX_CHARS, Instructions, Memory
 
 MEMORY_SWITCH = "memory"
+INSTRUCTIONS = "instructions"  # PREF#instructions: the user's custom instructions (lib.storage.records.Instructions)
 MEMORY_TEXT_MAX = 500  # characters: a memory is one fact, not a document
 
 
@@ -39,8 +40,11 @@ def memory_id(text: str) -> str:
 
 
 # What `load` reads of a memory or preference item (its `embedding` is the index's business, not the prompt's).
-_LOADED = "pk, sk, user_id, #text, #kind, source_session_id, source_message_id, create_time, update_time, enabled"
-_LOADED_NAMES = {"#text": "text", "#kind": "kind"}
+_LOADED = (
+    "pk, sk, user_id, #text, #kind, source_session_id, source_message_id, create_time, update_time, enabled, "
+    "about, #style"
+)
+_LOADED_NAMES = {"#text": "text", "#kind": "kind", "#style": "style"}  # reserved words in an expression
 
 
 class MemoryStore:
@@ -54,6 +58,11 @@ class MemoryStore:
 
     def load(self, user_id: str, *, action: str = "memory") -> tuple[list[Memory], bool]:
         """(memories oldest first, enabled) in 1 Query (more only past 1 MB, which the token cap never reaches)."""
+        memories, enabled, _ = self.load_all(user_id, action=action)
+        return memories, enabled
+
+    def load_all(self, user_id: str, *, action: str = "memory") -> tuple[list[Memory], bool, Instructions]:
+        """The memories, the off switch and the custom instructions: the same 1 Query (PREF# is in the range)."""
         pk, low, high = keys.memory_range(user_id)
         with self._db.action(action, user_id):
             items = self._db.query_all(
@@ -64,7 +73,7 @@ class MemoryStore:
                 ExpressionAttributeValues=to_item({":pk": pk, ":low": low, ":high": high}),
                 ConsistentRead=True,
             )
-        memories, enabled = [], True
+        memories, enabled, instructions = [], True, Instructions()
         for raw in items:
             item = from_item(raw)
             kind = keys.record_kind(item["sk"])
@@ -74,8 +83,35 @@ class MemoryStore:
                     memories.append(memory)
             elif kind == keys.PREFERENCE and item["sk"] == keys.preference_key(user_id, MEMORY_SWITCH)["sk"]:
                 enabled = bool(item.get("enabled", True))
+            elif kind == keys.PREFERENCE and item["sk"] == keys.preference_key(user_id, INSTRUCTIONS)["sk"]:
+                instructions = Instructions(
+                    str(item.get("about", "")), str(item.get("style", "")), item.get("update_time")
+                )
         memories.sort(key=lambda m: (m.create_time, m.memory_id))
-        return memories, enabled
+        return memories, enabled, instructions
+
+    def set_instructions(self, user_id: str, about: str, style: str) -> Instructions:
+        """Save the user's custom instructions (1 PutItem; both empty: 1 DeleteItem). InvalidInstructions over
+        INSTRUCTIONS_MAX_CHARS, before any request."""
+        about, style = storable_text(str(about)).strip(), storable_text(str(style)).strip()
+        for name, text in (("About you", about), ("How to answer", style)):
+            if len(text) > INSTRUCTIONS_MAX_CHARS:
+                raise InvalidInstructions(
+                    f"{name} is {len(text):,} characters; at most {INSTRUCTIONS_MAX_CHARS:,}. Shorten it, then save."
+                )
+        key = keys.preference_key(user_id, INSTRUCTIONS)
+        saved = Instructions(about, style, keys.now())
+        with self._db.action("memory", user_id):
+            if saved.empty:
+                self._db.call("delete_item", Key=to_item(key))
+                return Instructions()
+            self._db.call(
+                "put_item",
+                Item=to_item(
+                    {**key, "user_id": user_id, "about": about, "style": style, "update_time": saved.update_time}
+                ),
+            )
+        return saved
 
     def add(
         self, user_id: str, text: str, *, session_id: str | None, message_id: str | None, at: str | None = None

@@ -161,6 +161,10 @@ class Operator:
         """The user's memory items, whole (export)."""
         return [from_item(i) for i in partitions.user_items(self._db, user_id, keys.MEMORY_PREFIX)]
 
+    def preference_records(self, user_id: str) -> list[dict[str, Any]]:
+        """The user's preference items (the memory switch, custom instructions), whole (export)."""
+        return [from_item(i) for i in partitions.user_items(self._db, user_id, keys.PREFERENCE_PREFIX)]
+
     # --- deleting ----------------------------------------------------------------------------------------------
 
     def purge_markers(self, user_id: str) -> list[dict[str, Any]]:

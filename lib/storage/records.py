@@ -199,6 +199,34 @@ class Memory:
             return None
 
 
+INSTRUCTIONS_MAX_CHARS = 1_500  # each of the two fields: about a page of text, a few hundred tokens
+
+
+@dataclass(frozen=True)
+class Instructions:
+    """What a user tells the assistant once, for every chat: about them, and how to answer. Written by the user,
+    never extracted (they are not memories)."""
+
+    about: str = ""
+    style: str = ""
+    update_time: str | None = None
+
+    @property
+    def empty(self) -> bool:
+        return not self.about.strip() and not self.style.strip()
+
+    def block(self) -> str:
+        """The text the system prompt gets (empty when there are none)."""
+        if self.empty:
+            return ""
+        lines = ["The user's own instructions, for every chat (follow them unless they ask otherwise):"]
+        if self.about.strip():
+            lines.append(f"About the user: {self.about.strip()}")
+        if self.style.strip():
+            lines.append(f"How to answer: {self.style.strip()}")
+        return "\n".join(lines)
+
+
 @dataclass(frozen=True)
 class SessionView:
     """One page of a session: its meta and turns oldest first; `cursor` pages to older turns."""

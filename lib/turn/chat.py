@@ -256,7 +256,9 @@ class ChatService:
         for memory in stale:
             quietly("memories", lambda m=memory: self.engine.memories.delete(user_id, m.memory_id))
         if stale:
-            cache.memory[user_id] = MemoryState([m for m in state.memories if m not in stale], state.enabled)
+            cache.memory[user_id] = MemoryState(
+                [m for m in state.memories if m not in stale], state.enabled, state.instructions
+            )
 
     def _model(self, session: Session | None, picked: str | None) -> ChatModel:
         """The model a question goes to: the one picked (refused unless the catalog offers it), else the chat's own
@@ -351,5 +353,5 @@ def _private(cache: ContextCache, user_id: str) -> ContextCache:
     private = ContextCache()
     known = cache.memory.get(user_id)
     if known is not None:
-        private.memory[user_id] = MemoryState(list(known.memories), known.enabled)
+        private.memory[user_id] = MemoryState(list(known.memories), known.enabled, known.instructions)
     return private

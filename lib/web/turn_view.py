@@ -139,6 +139,7 @@ def older_page(session_id: str, first_number: int, page: list[Message], generati
 
 _KINDS = {
     "system": "Instructions",
+    "instructions": "Your custom instructions",
     "memory": "Memory",
     "summary": "Summary of earlier turns",
     "recalled": "Recalled older turn",
@@ -181,6 +182,8 @@ def model_saw(m: Message, turns: dict[str, Message], memories: Callable[[], dict
             return _clip(m.input_body)
         if kind == "system":
             return "The app's instructions to the model"
+        if kind == "instructions":
+            return "What you told the assistant about you and how to answer (the Memory page)"
         if kind == seen.UNREADABLE:
             return "This turn's record of its prompt is damaged and could not be read"
         return ""

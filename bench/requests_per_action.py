@@ -118,6 +118,17 @@ def main() -> None:
     pending = measure("regenerate (4 KB turn)", lambda: store.versions.regenerate(USER, done))
     second = finish(pending)
     measure("switch version (4 KB turns)", lambda: store.versions.flip(USER, second, 1))
+    # An Edit of the newest question: the same transaction and a ConditionCheck of the meta (not billed as a write)
+    session = store.get_session(USER, session.session_id)
+    newest = store.open_session(USER, session.session_id).messages[-1]
+    measure(
+        "edit the newest question (4 KB turn)",
+        lambda: store.versions.regenerate(USER, newest, question="regenerate me, shorter", newest_of=session),
+    )
+    from lib.storage.memories import MemoryStore
+
+    memories = MemoryStore.over(store._db)
+    measure("save custom instructions", lambda: memories.set_instructions(USER, "I work in payments.", "In German."))
     measure("rename", lambda: store.rename_session(USER, session, "Chat history design"))
 
     budget = {
@@ -133,6 +144,8 @@ def main() -> None:
         "finish at turn 300 (0.5 KB answer)": (1, "UpdateItem", 2, 0),
         "regenerate (4 KB turn)": (1, "TransactWriteItems", 16, 0),
         "switch version (4 KB turns)": (2, "GetItem+TransactWriteItems", 16, 1),
+        "edit the newest question (4 KB turn)": (1, "TransactWriteItems", 12, 0),  # the check of the meta: 2
+        "save custom instructions": (1, "PutItem", 1, 0),
         "rename": (1, "TransactWriteItems", 4, 0),
     }
     rows, ok = [], True

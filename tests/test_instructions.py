@@ -23,9 +23,13 @@ class TestStored:
         requests.reset()
         found, enabled, instructions = memories.load_all(U)
         assert requests.names == ["Query"] and enabled and [m.text for m in found] == ["I prefer short answers."]
-        assert (instructions.about, instructions.style) == ("I work in payments.", "Answer in German.") == (
-            saved.about,
-            saved.style,
+        assert (
+            (instructions.about, instructions.style)
+            == ("I work in payments.", "Answer in German.")
+            == (
+                saved.about,
+                saved.style,
+            )
         )
 
     def test_over_the_cap_is_refused_and_nothing_is_written(self, memories, requests):
@@ -55,7 +59,14 @@ class TestSent:
         engine.memories.set_instructions(U, "I work in payments.", "Answer in German.")
         requests.reset()
         context = engine.context(
-            ContextCache(), U, None, "How do refunds work?", [], summary=None, system_prompt_id="default-v1", budget=2000
+            ContextCache(),
+            U,
+            None,
+            "How do refunds work?",
+            [],
+            summary=None,
+            system_prompt_id="default-v1",
+            budget=2000,
         )
         assert requests.names == ["Query"]  # the memories' Query brings them
         assert "About the user: I work in payments." in context.prompt.system

@@ -130,3 +130,17 @@ class TestThePicker:
         at = new_browser(session=session.session_id)
         assert at.selectbox[0].value == "claude-sonnet-4-6"
         assert any("no longer offered" in c.value for c in at.caption)
+
+
+def test_the_banner_never_says_nothing_leaves_the_machine_when_a_real_model_is_asked(app_env, fake_model):
+    from tests.pages import new_browser
+
+    captions = [c.value for c in new_browser().caption]
+    assert any("Demo mode" in c for c in captions)  # local data and the dev sign-in are still said
+    assert not any("nothing leaves this machine" in c for c in captions)
+
+
+def test_the_offline_demo_says_so(app_env):
+    from tests.pages import new_browser
+
+    assert any("nothing leaves this machine" in c.value for c in new_browser().caption)

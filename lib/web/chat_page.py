@@ -120,11 +120,16 @@ class ChatPage(LiveTurns, Steering):
             notes.append(("demo model", "the offline demo model"))
         if self.me.mode == "dev":
             notes.append(("dev sign-in", f"a development sign-in ({self.me.display})"))
+        # Said only when true: the local database, the offline model and a local embedder (a real model or Bedrock's
+        # embedder is sent every question).
+        offline = (
+            self.svc.database.local and self.model.provider == "demo" and self.settings.embed_provider != "bedrock"
+        )
         if notes:
             st.caption(
                 ":blue-badge[:material/science: Demo mode] "
                 + ", ".join(short for short, _ in notes)
-                + " · nothing leaves this machine",
+                + (" · nothing leaves this machine" if offline else ""),
                 help="Running on " + ", ".join(long for _, long in notes) + ".",
             )
 

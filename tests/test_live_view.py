@@ -216,3 +216,16 @@ def test_the_first_text_ends_the_nap_of_a_page_that_has_drawn_nothing():
     assert item.ended is live and item.in_place
     # the first nap waits for text, the second (text drawn) for the end; neither waited out its beat
     assert naps == [{"first_text": True}, {"first_text": False}] and clock.sleeps == 0
+
+
+def test_a_page_waiting_for_a_first_text_lets_go_after_its_wait_and_keeps_what_it_drew():
+    live = LiveAnswer("u", "s1", MESSAGE.message_id)
+    item = followed(live, YIELD_S)
+    clock = Clock(lambda now: None)
+    follow([item], beat=Slot(), clock=clock, sleep=clock.sleep, first_text=1.0)
+    assert item.ended is None and not item.gone and len(item.paced) == 0  # a silent model: let go, not waited out
+    assert 1.0 <= clock.now < 1.0 + 2 * YIELD_S  # the fake clock: one second of naps, no more
+    live.append("Hello")
+    live.finish(saved("Hello"))
+    follow([item], beat=Slot(), clock=clock, sleep=clock.sleep)  # the rest of the page follows it on
+    assert item.ended is live and item.in_place

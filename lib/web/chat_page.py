@@ -463,7 +463,7 @@ class ChatPage(LiveTurns, Steering):
         self.tail = st.container()
         self._composer()
         if self.following:
-            live_view.follow(self.following, ended=self._finish, first_text=True)
+            live_view.follow(self.following, ended=self._finish, first_text=live_view.FIRST_TEXT_WAIT_S)
 
     def _composer(self) -> None:
         suggested, self.suggested = self.suggested, None  # a suggestion is sent once, by the run that clicked it

@@ -28,6 +28,7 @@ YIELD_S = 0.1  # how often the following run makes a Streamlit call, where Strea
 POLL_S = 0.25  # how often a following page reads the hot tier's copy (a Redis round trip with the text)
 WATCH_S = 2.0  # how often an open chat asks whether it changed elsewhere
 STREAMING_LINE, STOPPING_LINE, SAVING_LINE = "streaming", "stopping", "saving"
+FIRST_TEXT_WAIT_S = 1.0  # a send's page waits this long at most for the answer's first text before drawing the rest
 
 
 @dataclass
@@ -90,20 +91,22 @@ def follow(
     beat: Any = None,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
-    first_text: bool = False,
+    first_text: float | None = None,
 ) -> None:
     """Follow every placed answer until each is saved or gone, handing each to `ended` as soon as it is
-    (the page finishes it there, while the others are still followed). With `first_text`, an answer is let go
-    once its first text is drawn (the page draws the rest of itself, then follows it on).
+        (the page finishes it there, while the others are still followed). With `first_text`, an answer is let go
+        once its first text is drawn, or after `first_text` seconds without any (a slow model): the page draws the rest
+    of itself, then follows it on.
 
-    Between reads the run makes a Streamlit call every YIELD_S (an empty placeholder, a few bytes): that
-    is where Streamlit stops it for a click, so Stop and navigation answer within a tenth of a second."""
+        Between reads the run makes a Streamlit call every YIELD_S (an empty placeholder, a few bytes): that
+        is where Streamlit stops it for a click, so Stop and navigation answer within a tenth of a second."""
     beat = st.empty() if beat is None else beat
     for f in items:
         if f.paced is None:  # followed before (up to its first text): it goes on from what it drew
             f.paced = PacedRenderer(f.body, clock=clock)
         f.read_at = clock()
     waiting = list(items)
+    until = clock() + first_text if first_text is not None else None
     while waiting:
         drew = False
         for f in list(waiting):
@@ -113,7 +116,7 @@ def follow(
                 if f.ended is not None or f.gone:
                     waiting.remove(f)
                     ended(f)
-                elif first_text and len(f.paced):
+                elif until is not None and (len(f.paced) or clock() >= until):
                     waiting.remove(f)
         if not drew:
             beat.empty()

@@ -9,6 +9,7 @@ events and the capacity model (the embedded server's own figures are wrong).
 
 from __future__ import annotations
 
+import datetime as dt
 from pathlib import Path
 
 from common import fresh_store, print_table
@@ -77,6 +78,13 @@ def main() -> None:
     )
     finish(message)
     measure("sidebar (20 sessions)", lambda: store.list_sessions(USER))
+    pinned = measure("pin a chat", lambda: store.set_pinned(USER, session, True))
+    measure("sidebar (20 sessions, 1 pinned)", lambda: store.list_sessions(USER))
+    pinned, message = measure(
+        "send in a pinned chat", lambda: store.send_message(USER, pinned, "and then?", system_prompt_id="default-v1")
+    )
+    finish(message)
+    session = measure("unpin a chat", lambda: store.set_pinned(USER, pinned, False))
     view = measure("open (meta + 20 turns)", lambda: store.open_session(USER, session.session_id))
     assert len(view.messages) == 20
     session, message = store.send_message(USER, session, "one more", system_prompt_id="default-v1")
@@ -130,6 +138,47 @@ def main() -> None:
     memories = MemoryStore.over(store._db)
     measure("save custom instructions", lambda: memories.set_instructions(USER, "I work in payments.", "In German."))
     measure("rename", lambda: store.rename_session(USER, session, "Chat history design"))
+    # Share links (docs/sharing.md), on a one-turn chat with a 4 KB turn; the audit record each adds is the audit
+    # trail's own PutItem (lib/storage/audit.py), not counted here.
+    from lib.storage.shares import ShareStore
+    from lib.turn.shares import snapshot_turns
+
+    shares = ShareStore(store._db)
+    shared, first = store.create_session(USER, "Share me", system_prompt_id="default-v1")
+    finish(first)
+    turns, _ = snapshot_turns(store.all_messages(USER, shared.session_id))
+    link, token = measure("share: create (1 turn)", lambda: shares.create(USER, shared.session_id, "Share me", turns))
+    measure("share: open by token", lambda: shares.open("viewer@example.com", token))
+    measure("share: list (1 live link)", lambda: shares.links(USER))
+    link = measure("share: update", lambda: shares.update(USER, link, "Share me", turns))
+    measure("share: revoke", lambda: shares.revoke(USER, link))
+    measure(
+        "share: open a revoked or unknown token", lambda: _refused(lambda: shares.open("viewer@example.com", token))
+    )
+
+    # Projects (docs/projects.md): a chat's row in its project moves with the chat in the same transaction; the
+    # project's own row moves forward at most once a minute, in its own transaction (projects.touch).
+    made = measure("project: create", lambda: store.projects.create(USER, "Q3 migration", "Use the 2025 schema names."))
+    measure("project: list", lambda: store.projects.list(USER))
+    in_project, question = measure(
+        "new chat in a project",
+        lambda: store.create_session(
+            USER, "Plan the cut-over", system_prompt_id="default-v1", project_id=made.project_id
+        ),
+    )
+    finish(question)
+    in_project, question = measure(
+        "send in a project chat",
+        lambda: store.send_message(USER, in_project, "and then?", system_prompt_id="default-v1"),
+    )
+    finish(question)
+    measure("project: open its chats", lambda: store.projects.chats(USER, made.project_id))
+    a_minute_on = keys.format_time(keys.parse_time(made.last_activity_time) + dt.timedelta(seconds=61))
+    made = measure("project: move up the list", lambda: store.projects.touch(USER, made, a_minute_on))
+    other = store.projects.create(USER, "Other")
+    measure("move a chat to another project", lambda: store.projects.move_chat(USER, in_project, other.project_id))
+    made = measure("project: edit instructions", lambda: store.projects.edit(USER, made, made.name, "Use Postgres."))
+    measure("project: rename", lambda: store.projects.edit(USER, made, "Q3 cut-over", made.instructions))
 
     budget = {
         "sidebar (20 sessions)": (1, "Query", 0, 1),
@@ -147,6 +196,25 @@ def main() -> None:
         "edit the newest question (4 KB turn)": (1, "TransactWriteItems", 12, 0),  # the check of the meta: 2
         "save custom instructions": (1, "PutItem", 1, 0),
         "rename": (1, "TransactWriteItems", 4, 0),
+        "pin a chat": (1, "TransactWriteItems", 6, 0),  # the meta's pin, the old row deleted, the pinned row put
+        "sidebar (20 sessions, 1 pinned)": (1, "Query", 0, 1),
+        "send in a pinned chat": (1, "TransactWriteItems", 6, 0),  # the pinned row is updated in place
+        "unpin a chat": (1, "TransactWriteItems", 6, 0),
+        "share: create (1 turn)": (1, "TransactWriteItems", 6, 0),  # head, one part, the owner's link record
+        "share: open by token": (2, "Query+UpdateItem", 1, 1),  # the snapshot, consistent; ADD view_count
+        "share: list (1 live link)": (2, "Query+BatchGetItem", 0, 1.5),  # the links; the live heads' view counts
+        "share: update": (1, "TransactWriteItems", 6, 0),
+        "share: revoke": (1, "TransactWriteItems", 6, 0),  # the record marked, the head and its part deleted
+        "share: open a revoked or unknown token": (1, "Query", 0, 1),
+        "project: create": (1, "TransactWriteItems", 4, 0),  # the meta and its row in the project list
+        "project: list": (1, "Query", 0, 1),
+        "new chat in a project": (1, "TransactWriteItems", 12, 0),  # + a ConditionCheck and the project's chat row
+        "send in a project chat": (1, "TransactWriteItems", 12, 0),  # + the project's chat row moved (Delete, Put)
+        "project: open its chats": (1, "Query", 0, 1),
+        "project: move up the list": (1, "TransactWriteItems", 6, 0),  # at most once a minute per project
+        "move a chat to another project": (1, "TransactWriteItems", 8, 0),  # meta, old row, new row, check
+        "project: edit instructions": (1, "UpdateItem", 1, 0),
+        "project: rename": (1, "TransactWriteItems", 4, 0),  # the meta and the row's copy of the name
     }
     rows, ok = [], True
     for action, (requests, operation, wru, rru) in budget.items():
@@ -169,6 +237,17 @@ def main() -> None:
     ok &= app_reruns()
     print("\nall actions within budget" if ok else "\nBUDGET EXCEEDED")
     raise SystemExit(0 if ok else 1)
+
+
+def _refused(fn):
+    """Run fn, which must refuse (a share that does not exist); the bench measures what the refusal cost."""
+    from lib.errors import ShareNotFound
+
+    try:
+        fn()
+    except ShareNotFound:
+        return None
+    raise AssertionError("the revoked link still opened")
 
 
 def app_reruns() -> bool:

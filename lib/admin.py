@@ -5,11 +5,12 @@ from __future__ import annotations
 import argparse
 import sys
 
+from lib import logs
 from lib.config import Settings
 from lib.database import create_aws_database
 from lib.errors import ChatError, ConfigError, InvalidUserId
+from lib.ops import audited, context_commands, search_commands
 from lib.ops import commands as data_care
-from lib.ops import context_commands, search_commands
 from lib.storage import keys
 from lib.storage.schema import TTL_ATTRIBUTE
 
@@ -73,10 +74,17 @@ def main(argv: list[str] | None = None) -> int:
     load.add_argument("--merge", action="store_true", help="import into a table that already holds items")
     args = parser.parse_args(argv)
     refusal = user_refusal(args.user) if getattr(args, "user", None) is not None else None
-    if refusal:  # before anything is opened: no key is ever built from it
+    if refusal:  # before anything is opened: no key is ever built from it (so the log line is its only record)
+        logs.warning("admin.refused", command=args.command, reason="invalid_user_id")
         print(f"{args.command}: {refusal}", file=sys.stderr)
         return 2
     settings = Settings.load(for_operator=True)  # operator commands serve no browser: no sign-in settings needed
+    # An audit record before the command acts (refused if it cannot be written) and one when it ends: docs/audit.md
+    return audited.run(args, settings, lambda: _dispatch(args, settings))
+
+
+def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
+    """Run the parsed command."""
     if args.command in ("backup", "restore", "export-table", "import-table"):
         from lib.ops.backup import run
 

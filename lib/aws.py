@@ -38,3 +38,9 @@ def client(
         aws_secret_access_key=secret_key,
         config=config,
     )
+
+
+def s3_config(config: Config, *, endpoint_url: str | None) -> Config:
+    """`config` (the same deadlines and retries as DynamoDB's) for an S3 client: path-style addressing when the
+    endpoint is overridden (a VPC endpoint, a local emulator), where a bucket name cannot be a host name."""
+    return config.merge(Config(s3={"addressing_style": "path"})) if endpoint_url else config

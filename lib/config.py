@@ -24,6 +24,22 @@ SETTINGS: dict[str, tuple[str, str]] = {
         "Folder of the `local` backend's database (`chat.sqlite3`, SQLite; created if "
         "missing); `:memory:` keeps nothing.",
     ),
+    # The object store (docs/objects.md): long questions and answers beside the table.
+    "CHAT_BUCKET": (
+        "",
+        "S3 bucket of long questions and answers with `aws` (the stack's `BodiesBucket`); unset: "
+        "every turn is stored in its item, at most 396 KB a question.",
+    ),
+    "CHAT_BUCKET_ENDPOINT": ("", "Endpoint URL override for the bucket (e.g. a VPC endpoint)."),
+    "CHAT_OBJECTS_DIR": (
+        "",
+        "Folder of the `local` backend's object store; unset: `objects/` in `CHAT_DATA_DIR` "
+        "(in memory with `:memory:`).",
+    ),
+    "CHAT_MAX_QUESTION_BYTES": (
+        "2097152",
+        "Longest question, in bytes of UTF-8 text, where there is an object store (2 MB); a longer one is refused.",
+    ),
     "CHAT_CURSOR_SECRET": (
         "",
         "Key that signs page cursors; random per process when unset (local only: required with "
@@ -111,6 +127,26 @@ SETTINGS: dict[str, tuple[str, str]] = {
         "change counters shared by replicas. Unset: each process serves its own tabs.",
     ),
     "CHAT_ADMINS": ("", "Comma-separated user ids (emails) who see everyone's usage on the cost page."),
+    "CHAT_TEMPORARY_HOURS": (
+        "24",
+        "Hours a temporary chat is kept from its first question (DynamoDB TTL on `expire_at`, and the same rule "
+        "in the embedded database); it is never in the chat list, search or memories.",
+    ),
+    "CHAT_AUDIT_DAYS": (
+        "400",
+        "Days an audit record of an admin action is kept: each carries DynamoDB's TTL attribute `expire_at` at its "
+        "time plus this (docs/audit.md).",
+    ),
+    "CHAT_SPEND_LIMITS": (
+        "",
+        "Path of a JSON or TOML file of spend limits in USD per UTC day and month, for everyone, groups and users "
+        "(docs/limits.md); checked at start. Unset: spend limits are off (no check, no request); a file holding "
+        "`{}` turns them on with none set, for admins to set on the Spend limits page.",
+    ),
+    "CHAT_GROUPS_CLAIM": (
+        "groups",
+        "`oidc`/`alb` identity: the sign-in claim that lists the user's groups (for group spend limits).",
+    ),
     "CHAT_LEDGER_FLUSH_S": (
         "300",
         "Seconds between usage-ledger flushes (at least 30); a crash loses at most this much "
@@ -119,6 +155,9 @@ SETTINGS: dict[str, tuple[str, str]] = {
     "CHAT_PRICE_WRU_PER_M": ("0.625", "USD per million write request units (DynamoDB on-demand, us-east-1)."),
     "CHAT_PRICE_RRU_PER_M": ("0.125", "USD per million read request units."),
     "CHAT_PRICE_STORAGE_GB_MONTH": ("0.25", "USD per GB-month of table storage."),
+    "CHAT_PRICE_BUCKET_PUT_PER_K": ("0.005", "USD per thousand S3 PUT and LIST requests (S3 Standard, us-east-1)."),
+    "CHAT_PRICE_BUCKET_GET_PER_K": ("0.0004", "USD per thousand S3 GET requests."),
+    "CHAT_PRICE_BUCKET_GB_MONTH": ("0.023", "USD per GB-month of S3 Standard storage."),
     "CHAT_MODEL_PRICES": (
         "",
         "JSON object of model -> [USD per M input tokens, per M output tokens], merged over "
@@ -165,6 +204,11 @@ SETTINGS: dict[str, tuple[str, str]] = {
     "CHAT_PRICE_VECTOR_SEARCH_PER_GB": (
         "",
         "USD per GB of vector searches (VectorSearchRequestBytes); unset: shown as unknown.",
+    ),
+    "CHAT_SHARING": (
+        "on",
+        "`on`: a chat's owner can make a read-only link for colleagues signed in through the same sign-in; `off`: "
+        "no link is made and existing links show nothing (docs/sharing.md).",
     ),
 }
 
@@ -242,6 +286,18 @@ class Settings:
     max_generations: int = 100
     unwatched_stop_s: float = 0.0
     redis_url: str = field(default="", repr=False)
+    bucket: str = ""
+    bucket_endpoint: str = ""
+    objects_dir: str = ""
+    max_question_bytes: int = 2097152
+    price_bucket_put_per_k: float = 0.005
+    price_bucket_get_per_k: float = 0.0004
+    price_bucket_gb_month: float = 0.023
+    sharing: str = "on"
+    spend_limits: str = ""  # docs/limits.md: the file is read and checked by lib.usage.limits at start
+    groups_claim: str = "groups"
+    audit_days: int = 400
+    temporary_hours: float = 24.0
 
     @classmethod
     def load(
@@ -303,9 +359,22 @@ class Settings:
         for name in ("max_generations_per_user", "max_generations"):
             if values[name] < 1:
                 raise ConfigError(f"CHAT_{name.upper()} must be at least 1.")
+        if not 0 < values["temporary_hours"] <= 24 * 30:
+            raise ConfigError("CHAT_TEMPORARY_HOURS must be more than 0 and at most 720 (30 days).")
+        if values["audit_days"] < 1:
+            raise ConfigError("CHAT_AUDIT_DAYS must be at least 1 (days an audit record is kept).")
+        if values["sharing"] not in ("on", "off"):
+            raise ConfigError(f"CHAT_SHARING must be 'on' or 'off', not {values['sharing']!r}.")
+        if values["max_question_bytes"] < 1024:
+            raise ConfigError("CHAT_MAX_QUESTION_BYTES must be at least 1024.")
         if values["ledger_flush_s"] < 30:
             raise ConfigError("CHAT_LEDGER_FLUSH_S must be at least 30 seconds.")
         return cls(**values)
+
+    @property
+    def sharing_on(self) -> bool:
+        """Whether chats may be shared by link (CHAT_SHARING)."""
+        return self.sharing == "on"
 
     @property
     def trusts_network(self) -> bool:

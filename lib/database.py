@@ -6,6 +6,7 @@ import contextlib
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from botocore.exceptions import (
@@ -20,10 +21,12 @@ from lib.config import Settings
 from lib.embedded.server import LocalDynamo
 from lib.errors import ConfigError, StoreUnavailable
 from lib.storage.capacity import Meter
+from lib.storage.objects import MemoryObjects, ObjectStore, S3Objects
 from lib.storage.schema import (
     add_vector_index,
     create_aws_table,
     create_table,
+    ensure_ttl,
     table_exists,
     vector_index_description,
 )
@@ -38,6 +41,9 @@ RETRIES = aws.deadlines(connect_s=3, read_s=10, attempts=5, mode="adaptive")
 LOCAL_RETRIES = aws.deadlines(connect_s=5, read_s=30, attempts=5, mode="adaptive")
 
 MEMORY = ":memory:"  # CHAT_DATA_DIR value for a local database that is not saved
+
+# The embedded object stores, one per folder (None: in memory), as the servers are one per data folder.
+_local_objects: dict[str | None, object] = {}
 
 # moto's backend is process-wide, so is the server that serves it: one per data folder.
 _local_servers: dict[str | None, LocalDynamo] = {}
@@ -54,9 +60,18 @@ class Database:
     where: str
     local: bool
     created: bool = False  # create_aws_database made the table just now
+    objects: ObjectStore | None = None  # long bodies (docs/objects.md); None: every turn inline, 396 KB at most
+    max_question_bytes: int = 2 * 1024 * 1024
 
     def store(self, cursor_secret: str | None = None) -> ChatStore:
-        return ChatStore(self.client, self.table, self.meter, cursor_secret=cursor_secret or None)
+        return ChatStore(
+            self.client,
+            self.table,
+            self.meter,
+            cursor_secret=cursor_secret or None,
+            objects=self.objects,
+            max_question_bytes=self.max_question_bytes,
+        )
 
 
 def local_server(data_dir: str | None, region: str) -> LocalDynamo:
@@ -77,6 +92,30 @@ def stop_local_server(data_dir: str | None) -> None:
         server = _local_servers.pop(data_dir, None)
     if server is not None:
         server.stop()
+
+
+def local_objects(settings: Settings, data_dir: str | None) -> Any:
+    """The embedded object store: CHAT_OBJECTS_DIR, else objects/ beside the database; in memory with :memory:."""
+    from lib.embedded.objects import FolderObjects
+
+    folder = settings.objects_dir or (str(Path(data_dir) / "objects") if data_dir else None)
+    with _local_lock:
+        backend = _local_objects.get(folder)
+        if backend is None:
+            backend = FolderObjects(folder) if folder else MemoryObjects()
+            _local_objects[folder] = backend
+        return backend
+
+
+def aws_objects(settings: Settings, meter: Meter) -> ObjectStore | None:
+    """The bucket of long bodies (CHAT_BUCKET) through an S3 client with DynamoDB's deadlines; None when unset."""
+    if not settings.bucket:
+        return None
+    endpoint = settings.bucket_endpoint or None
+    client = aws.client(
+        "s3", region=settings.region, endpoint_url=endpoint, config=aws.s3_config(RETRIES, endpoint_url=endpoint)
+    )
+    return ObjectStore(S3Objects(client, settings.bucket), meter)
 
 
 def local_client(server: LocalDynamo) -> Any:
@@ -105,12 +144,22 @@ def open_database(settings: Settings) -> Database:
                 create_table(client, settings.table, vector_dimensions=settings.embed_dimensions)
             elif vector_index_description(client, settings.table) is None:  # made before search existed
                 add_vector_index(client, settings.table, settings.embed_dimensions)  # backfilled before it returns
+            ensure_ttl(client, settings.table)  # temporary chats and audit records expire offline too
         where = (
             f"local embedded DynamoDB, saved in {data_dir}/"
             if data_dir
             else "local embedded DynamoDB, in memory only (lost when the app stops)"
         )
-        return Database(client, settings.table, meter, where, local=True)
+        objects = ObjectStore(local_objects(settings, data_dir), meter)
+        return Database(
+            client,
+            settings.table,
+            meter,
+            where,
+            local=True,
+            objects=objects,
+            max_question_bytes=settings.max_question_bytes,
+        )
 
     with _aws_errors(settings):
         client = _aws_client(settings)
@@ -149,6 +198,8 @@ def _aws_database(settings: Settings, client: Any, *, created: bool = False) -> 
         f"DynamoDB table '{settings.table}' in {settings.region}",
         local=False,
         created=created,
+        objects=aws_objects(settings, meter),
+        max_question_bytes=settings.max_question_bytes,
     )
 
 

@@ -46,6 +46,10 @@ class EmptyMessage(ChatError):
     """The question is empty or only whitespace."""
 
 
+class TemporaryChat(ChatError):
+    """Pinning or sharing a temporary chat: it is not kept, so it has no place in the sidebar or a link."""
+
+
 class InvalidTitle(ChatError):
     """A session title must be 1 to 120 characters."""
 
@@ -72,6 +76,16 @@ class StoreUnavailable(ChatError):
 
 class OutcomeUnknown(StoreUnavailable):
     """A write's response was lost (timeout, dropped connection, server error): it may or may not have been applied."""
+
+
+class ObjectStoreUnavailable(StoreUnavailable):
+    """The object store (S3, or the embedded store's folder) cannot be reached, throttled us past our retries, or
+    its disk is full: nothing half-written is visible."""
+
+
+class BodyUnavailable(ChatError):
+    """A long question or answer kept in the object store is missing or damaged (checksum mismatch): never shown
+    as empty text."""
 
 
 class ConfigError(ChatError):
@@ -112,3 +126,44 @@ class TimeOutOfRange(ChatError):
 
 class NoSuchUser(ChatError):
     """No registry entry, chat, memory or usage bucket of that user id: nothing was changed."""
+
+
+class AuditUnavailable(ChatError):
+    """The audit record of an admin action could not be written, so the action was refused before it acted."""
+
+
+class NotAdmin(ChatError):
+    """An admin-only page or action was asked for by someone not in CHAT_ADMINS."""
+
+
+class SpendLimitReached(ChatError):
+    """The answer could pass the user's daily or monthly spend limit (docs/limits.md): nothing was committed."""
+
+
+class InvalidLimit(ChatError):
+    """A spend limit an admin entered is not a number of dollars from 0 to 1,000,000, or names no valid scope."""
+
+
+class ShareNotFound(ChatError):
+    """A share token that names no live link: unknown, malformed, guessed, revoked, of another deployment, or of a
+    chat (or an owner) deleted since; one message for all, so none tells the others apart."""
+
+
+class SharingOff(ChatError):
+    """CHAT_SHARING=off: no link is created, and existing links show nothing."""
+
+
+class ShareTooLarge(ChatError):
+    """The chat's text is more than one share link can hold (DynamoDB's 4 MB transaction limit)."""
+
+
+class LinkNotFound(ChatError):
+    """A link id that is not one of the caller's own links (a forged id, or one deleted with its chat)."""
+
+
+class ProjectNotFound(ChatError):
+    """No project with that id belongs to the signed-in user (a forged, malformed or another user's id)."""
+
+
+class InvalidProject(ChatError):
+    """A project name must be 1 to 80 characters of plain text and its instructions at most 4,000."""

@@ -18,8 +18,8 @@ import traceback
 from typing import Any
 
 LOGGER = "chat"
-# Field names that would put chat text or secrets in a log line.
-_FORBIDDEN = frozenset(
+# Field names that would put chat text or secrets in a log line (or an audit record's detail: lib/storage/audit.py).
+CHAT_TEXT_FIELDS = frozenset(
     {
         "text",
         "question",
@@ -33,10 +33,12 @@ _FORBIDDEN = frozenset(
         "memory",
         "summary",
         "query",
+        "instructions",
         "secret",
         "api_key",
         "password",
         "token_value",
+        "token",  # a share link's token (lib/storage/shares.py): whoever holds it reads the shared chat
     }
 )
 
@@ -89,7 +91,7 @@ def logger() -> logging.Logger:
 
 def event(name: str, *, level: int = logging.INFO, exc_info: bool = False, **fields: Any) -> None:
     """Log one event with its fields; ValueError if a field name would carry chat text or a secret."""
-    leaked = _FORBIDDEN.intersection(fields)
+    leaked = CHAT_TEXT_FIELDS.intersection(fields)
     if leaked:
         raise ValueError(f"log fields {sorted(leaked)} would carry chat text or secrets")
     logger().log(level, name, extra={"fields": fields}, exc_info=exc_info)

@@ -14,10 +14,16 @@ from lib.database import Database, open_database
 from lib.model.catalog import Catalog
 from lib.model.models import AnthropicModel, ChatModel, DemoModel
 from lib.search.indexer import Indexer, make_indexer, searchable_indexer
+from lib.storage.audit import AuditLog
+from lib.storage.shares import ShareStore
 from lib.storage.store import ChatStore
 from lib.turn.chat import ChatService
+from lib.turn.shares import ShareService
 from lib.turn.worker import Generations
 from lib.usage.ledger import Ledger
+from lib.usage.limits import load_limits
+from lib.usage.pricing import Prices
+from lib.usage.spend import SpendGuard
 
 
 @dataclass(frozen=True)
@@ -31,6 +37,26 @@ class Services:
     engine: ContextEngine
     generations: Generations
     chat: ChatService
+    limits: SpendGuard | None = None  # spend limits (docs/limits.md): the check before a turn, the admin page
+
+    @property
+    def audit(self) -> AuditLog:
+        """The audit trail of admin actions (lib/storage/audit.py): record(...) and list_day(...), nothing else."""
+        return AuditLog(
+            self.database.client, self.database.table, self.database.meter, retention_days=self.settings.audit_days
+        )
+
+    @property
+    def shares(self) -> ShareService:
+        """Share links (lib/turn/shares.py): cheap to build, so made per use, on the process's one client."""
+        engine = self.engine
+        return ShareService(
+            self.settings,
+            self.store,
+            ShareStore.on(self.database.client, self.database.table, self.database.meter),
+            audit=self.audit,
+            indexer=lambda: engine.indexer,  # the copy of a shared chat is searchable, as an imported one is
+        )
 
     @property
     def hot(self):
@@ -73,7 +99,24 @@ def make_generations(settings: Settings) -> Generations:
     )
 
 
+def make_spend_guard(settings: Settings, database: Database, ledger: Ledger, limits_file) -> SpendGuard:
+    """The spend check (docs/limits.md) on the process's one client; `limits_file` was checked at start."""
+    from lib.storage.limits import LimitRecords
+    from lib.storage.usage import UsageBuckets
+
+    meter = database.meter
+    return SpendGuard(
+        ledger,
+        LimitRecords(database.client, database.table, meter),
+        UsageBuckets(database.client, database.table, meter),
+        Prices.from_settings(settings),
+        file=limits_file,
+        max_tokens=settings.max_tokens,
+    )
+
+
 def build_services(settings: Settings) -> Services:
+    limits_file = load_limits(settings.spend_limits)  # a bad file stops the start, naming the file and the entry
     database = open_database(settings)
     ledger = Ledger(database.client, database.table, database.meter, flush_interval_s=settings.ledger_flush_s)
     ledger.start()
@@ -88,6 +131,8 @@ def build_services(settings: Settings) -> Services:
         database.client, database.table, database.meter, model, settings, ledger, indexer=indexer, index_ready=ready
     )
     generations = make_generations(settings)
+    # Limits are on only with CHAT_SPEND_LIMITS: without it no turn makes the check's read (docs/limits.md).
+    limits = make_spend_guard(settings, database, ledger, limits_file) if settings.spend_limits else None
     chat = ChatService(
         settings,
         store,
@@ -97,5 +142,6 @@ def build_services(settings: Settings) -> Services:
         generations,
         local=database.local,
         catalog=Catalog.from_settings(settings),
+        limits=limits,
     )
-    return Services(settings, database, store, model, ledger, indexer, engine, generations, chat)
+    return Services(settings, database, store, model, ledger, indexer, engine, generations, chat, limits)

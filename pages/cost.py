@@ -11,7 +11,7 @@ from lib.storage import keys
 from lib.usage import costs, readable
 from lib.usage.pricing import Prices
 from lib.usage.readable import headline_money, money, number, percent
-from lib.web import ui
+from lib.web import audit_view, limits_view, ui
 from lib.web.bootstrap import start_page
 
 start = start_page("Usage & cost")
@@ -39,6 +39,8 @@ st.caption(
     else f"Your own usage ({me.display}). Admins listed in CHAT_ADMINS see everyone's."
 )
 
+limits_view.usage_panel(svc, me)  # your own spend today and this month, against your limits (docs/limits.md)
+
 today = dt.datetime.now(dt.timezone.utc).date()
 range_col, refresh_col = st.columns([4, 1], vertical_alignment="bottom")
 picked = range_col.date_input("Date range (UTC)", value=(today - dt.timedelta(days=29), today), max_value=today)
@@ -47,6 +49,8 @@ if refresh_col.button("Refresh", icon=":material/refresh:", width="stretch"):
 first, last = (picked[0], picked[-1]) if isinstance(picked, (tuple, list)) and picked else (today, today)
 days = tuple((first + dt.timedelta(days=i)).isoformat() for i in range((last - first).days + 1))
 
+if is_admin:  # everyone's usage: recorded before it is read, or not shown (docs/audit.md)
+    audit_view.audited_view(svc, me, "cost.view", "all-users", {"first": days[0], "last": days[-1]})
 try:
     buckets = load_buckets(svc.database.table, days, scope_user, me.user_id)
 except StoreUnavailable as exc:  # throttled or unreachable past the client's retries: say so, never a traceback
@@ -108,6 +112,12 @@ with ui.errors_shown():
         st.caption(
             f"Vector search is billed in bytes: {number(head.vector_write_bytes)} bytes written to the vector "
             f"index, {number(head.vector_search_bytes)} bytes searched ({vector_price})."
+        )
+    if head.object_requests:
+        st.caption(
+            f"Long questions and answers are kept in the object store: {number(head.object_requests)} requests, "
+            f"{number(head.object_bytes)} bytes written, {money(head.object_cost)} with a month of storage (in "
+            "the per-turn figure; prices: CHAT_PRICE_BUCKET_PUT_PER_K, _GET_PER_K, _GB_MONTH)."
         )
     if head.dynamodb_requests and head.service_share == 0:
         st.caption(

@@ -29,6 +29,10 @@ NOT_IN_THE_DEPLOYED_APP_FUNCTIONS = {
         "add_vector_index",
     ): "called by open_database only for the local backend; on AWS an operator runs `admin add-vector-index`",
     (
+        "lib/storage/schema.py",
+        "ensure_ttl",
+    ): "called by open_database only for the local backend; on AWS the stack (or create-table) turns TTL on",
+    (
         "lib/turn/demo.py",
         "seed_demo",
     ): "the demo history (batch writes): the chat page offers it only on the local backend (welcome_screen checks "
@@ -187,10 +191,8 @@ def _operations(node: ast.AST, client_methods: dict[str, str]) -> set[str]:
     return found
 
 
-def app_dynamodb_actions() -> dict[str, set[str]]:
-    """IAM action -> the functions (path:name) that need it, for the code the deployed app can reach."""
-    client_methods = boto3.client("dynamodb", region_name="us-east-1").meta.method_to_api_mapping
-    code = _Code()
+def _reached(code: "_Code") -> dict[str, tuple[str, ast.AST]]:
+    """path:name -> (path, node) of every function the deployed app's pages can reach."""
     reached: dict[str, tuple[str, ast.AST]] = {}
     frontier = [(path, "(page)", module) for path, module in code.pages]
     while frontier:
@@ -200,6 +202,14 @@ def app_dynamodb_actions() -> dict[str, set[str]]:
             continue
         reached[where] = (path, node)
         frontier.extend(code.targets(path, node))
+    return reached
+
+
+def app_dynamodb_actions() -> dict[str, set[str]]:
+    """IAM action -> the functions (path:name) that need it, for the code the deployed app can reach."""
+    client_methods = boto3.client("dynamodb", region_name="us-east-1").meta.method_to_api_mapping
+    code = _Code()
+    reached = _reached(code)
     needed: dict[str, set[str]] = {}
     for where, (_, node) in reached.items():
         for operation in _operations(node, client_methods):
@@ -207,4 +217,38 @@ def app_dynamodb_actions() -> dict[str, set[str]]:
                 continue  # authorised by its items' actions, found as item:<kind>
             action = TRANSACTION_ITEM_ACTIONS[operation[5:]] if operation.startswith("item:") else operation
             needed.setdefault(action, set()).add(where)
+    return needed
+
+
+# The IAM action that authorises each S3 API operation the code may call (ListObjectsV2 is s3:ListBucket, on the
+# bucket rather than its objects).
+S3_IAM_ACTIONS = {
+    "PutObject": "s3:PutObject",
+    "GetObject": "s3:GetObject",
+    "HeadObject": "s3:GetObject",
+    "DeleteObject": "s3:DeleteObject",
+    "DeleteObjects": "s3:DeleteObject",
+    "ListObjectsV2": "s3:ListBucket",
+    "CopyObject": "s3:PutObject",
+    "CreateMultipartUpload": "s3:PutObject",
+}
+
+
+def app_s3_actions() -> dict[str, set[str]]:
+    """S3 IAM action -> the functions (path:name) that need it, for the code the deployed app can reach: the same
+    reachability as the DynamoDB derivation, with S3's operation names (lib/storage/objects.py's `_call`)."""
+    client_methods = boto3.client("s3", region_name="us-east-1").meta.method_to_api_mapping
+    code = _Code()
+    reached = _reached(code)
+    # The one module that sends S3 requests (tests/test_one_door.py). Its backends share method names (put_bytes of
+    # S3 and of memory), and `reached` keeps one node per path:name: every method of a reached name counts.
+    module = "lib/storage/objects.py"
+    names = {where.split(":", 1)[1] for where, (path, _) in reached.items() if path == module}
+    nodes = [(n, f) for n in names for p, f in code.methods.get(n, []) if p == module]
+    nodes += [(n, code.functions[(module, n)]) for n in names if (module, n) in code.functions]
+    needed: dict[str, set[str]] = {}
+    for name, node in nodes:
+        for operation in _operations(node, client_methods):
+            if not operation.startswith("item:"):
+                needed.setdefault(S3_IAM_ACTIONS.get(operation, f"s3:{operation}"), set()).add(f"{module}:{name}")
     return needed

@@ -23,6 +23,7 @@ class Behaviour:
     output_tokens: int = 7
     chunk_delay_s: float = 0.0  # a pause before each text chunk (a model at a realistic pace)
     retry_after: str | None = None  # a "status" answer's retry-after header (seconds), as a 429 may carry
+    streamed_only: bool = False  # kept for the next streamed request (an answer), not a title or summary call
 
 
 class FakeAnthropic:
@@ -45,7 +46,7 @@ class FakeAnthropic:
                     fake.requests.append(
                         {"path": self.path, "headers": {k.lower(): v for k, v in self.headers.items()}, "body": body}
                     )
-                    behaviour = fake._script.popleft() if fake._script else Behaviour("text")
+                    behaviour = fake._next(stream=bool(body.get("stream")))
                 if behaviour.kind == "status":
                     fake._json(
                         self,
@@ -86,6 +87,14 @@ class FakeAnthropic:
     def url(self) -> str:
         host, port = self._server.server_address[:2]
         return f"http://{host}:{port}"
+
+    def _next(self, *, stream: bool) -> Behaviour:
+        """The first queued behaviour this request may take (the caller holds the lock), else plain text."""
+        for index, behaviour in enumerate(self._script):
+            if stream or not behaviour.streamed_only:
+                del self._script[index]
+                return behaviour
+        return Behaviour("text")
 
     def enqueue(self, *behaviours: Behaviour) -> None:
         with self._lock:

@@ -4,8 +4,7 @@ a spoofed identity header without the proxy secret: see test_store, test_app.)""
 
 import pytest
 
-from lib.storage.itemsize import ITEM_LIMIT_BYTES
-from lib.storage.store import ANSWER_RESERVE_BYTES
+from lib.storage.bodies import DEFAULT_MAX_QUESTION_BYTES
 from tests.pages import DEV, new_browser, send, services
 
 pytestmark = pytest.mark.usefixtures("app_env")
@@ -32,23 +31,23 @@ class TestStoredExactly:
         assert stored.input_body.encode("utf-8") == TRICKY[name].encode("utf-8")
         assert stored.status == "done" and not at.exception
 
-    def test_a_question_just_under_the_limit_is_stored_whole(self):
-        text = "u" * (ITEM_LIMIT_BYTES - ANSWER_RESERVE_BYTES - 400)
-        _, stored = round_trip(text)
-        assert stored.input_body == text
+    def test_a_question_at_the_limit_is_stored_whole(self):
+        text = "u" * (DEFAULT_MAX_QUESTION_BYTES - 1) + "v"  # exactly the limit: longer than any item may be
+        _, shown = round_trip(text)
+        assert shown.input_body == text[: len(shown.input_body)] and len(shown.input_body) < len(text)  # a preview
+        (whole,) = services().store.all_messages(DEV, shown.session_id)  # export reads the body from its object
+        assert whole.input_body == text
 
 
 class TestRefusedClearly:
-    @pytest.mark.parametrize(
-        "size", [ITEM_LIMIT_BYTES - ANSWER_RESERVE_BYTES + 1, ITEM_LIMIT_BYTES + 1, 10 * 1024 * 1024]
-    )
+    @pytest.mark.parametrize("size", [DEFAULT_MAX_QUESTION_BYTES + 1, 10 * 1024 * 1024])
     def test_oversize_questions_are_refused_with_the_limit_before_any_request_and_kept(self, size):
         at = new_browser()
         meter = services().database.meter
         before = len(meter.records())
         text = "o" * size
         send(at, text, wait=False)  # the refusal is on this run's page (nothing is generating to wait for)
-        assert "over the limit of 405,504 bytes (396 KB)" in at.error[0].value
+        assert "over the limit of 2,097,152 bytes (2,048 KB) per question" in at.error[0].value
         assert at.text_area[0].value == text
         assert meter.records()[before:] == [] and services().store.list_sessions(DEV).items == []
 

@@ -101,12 +101,17 @@ def test_a_100_kb_answer_streams_and_the_page_then_equals_the_reopened_chat(clau
     answered(page)
     # A follow-up in the chat at the top is finished in place: the page compared is the streamed one itself.
     text = long_answer(100_000)
-    fake_model.enqueue(Behaviour("text", chunks=chunks_of(text), output_tokens=25_000))
+    fake_model.enqueue(Behaviour("text", chunks=chunks_of(text), output_tokens=25_000, streamed_only=True))
     box = page.locator("[data-testid='stChatInput'] textarea")
     box.fill("Now write me a long design document")
     box.press("Enter")
     page.get_by_text("out tokens").nth(1).wait_for(timeout=HANG_MS)
-    page.wait_for_function("!document.querySelector(\"[data-testid='stSkeleton']\")", timeout=HANG_MS)
+    # the run that saved it has ended (a long answer is saved to the object store and drawn again, whole)
+    page.wait_for_function(
+        "!document.querySelector(\"[data-testid='stStatusWidget']\") && "
+        "!document.querySelector(\"[data-testid='stSkeleton']\")",
+        timeout=HANG_MS,
+    )
     answer = page.locator(MESSAGES).nth(3)
     streamed = answer.inner_text()
     fences, tables = text.count("```python"), text.count("| record |")
@@ -118,8 +123,16 @@ def test_a_100_kb_answer_streams_and_the_page_then_equals_the_reopened_chat(clau
     reopened = new_page(browser)
     reopened.goto(session_url)
     reopened.get_by_text("out tokens").nth(1).wait_for(timeout=HANG_MS)
-    reopened.wait_for_function("!document.querySelector(\"[data-testid='stSkeleton']\")", timeout=HANG_MS)
-    assert reopened.locator(MESSAGES).nth(3).inner_text() == streamed
+    # reopened, a long answer shows its beginning and "Show all"; shown all, it is the streamed page exactly
+    reopened.get_by_role("button", name="Show all").click()
+    reopened.get_by_role("button", name="Show less").wait_for(timeout=HANG_MS)
+    reopened.wait_for_function(
+        "!document.querySelector(\"[data-testid='stStatusWidget']\") && "
+        "!document.querySelector(\"[data-testid='stSkeleton']\")",
+        timeout=HANG_MS,
+    )
+    shown_all = reopened.locator(MESSAGES).nth(3).inner_text()
+    assert shown_all.replace("unfold_less\n\nShow less\n\n", "", 1) == streamed  # the toggle it has, less
     assert not page.errors and not reopened.errors
 
 

@@ -94,8 +94,12 @@ class TestBudget:
         assert sent == context.tokens
         floor = tokens.count(system) + tokens.count(question)
         assert sent <= max(budget, floor)
-        if floor >= budget:
-            assert context.prompt.messages == [{"role": "user", "content": question}]
+        if floor >= budget:  # the question alone, cut to what the budget leaves beside the system prompt
+            ((alone,),) = [[m["content"] for m in context.prompt.messages]]
+            assert alone == question or (alone.endswith(" …") and question.startswith(alone[:-2].rstrip()))
+            assert alone == question or tokens.count(system) + tokens.count(alone) <= max(
+                budget, tokens.count(system) + 12
+            )
         # Messages alternate user/assistant and each verbatim user turn is followed by its own answer.
         roles = [m["role"] for m in context.prompt.messages]
         assert roles == ["user", "assistant"] * ((len(roles) - 1) // 2) + ["user"]
@@ -115,24 +119,32 @@ class TestBudget:
         assert context.sources[0].kind == "system" and context.sources[-1].kind == "question"
         assert all(s.tokens > 0 for s in context.sources)
 
-    def test_a_question_larger_than_the_budget_is_sent_alone(self):
+    def test_a_question_larger_than_the_budget_is_cut_to_it_sent_alone_and_the_cut_is_said(self):
         history = [turn(1, "q", "a")]
         context = SessionContextLoader().load(
             user_id="u", session_id="s", system="sys", question="z" * 10_000, history=history, budget=100
         )
-        assert context.prompt.messages == [{"role": "user", "content": "z" * 10_000}]
+        ((sent,),) = [[m["content"] for m in context.prompt.messages]]
+        assert sent.startswith("z" * 300) and sent.endswith(" …") and tokens.count(sent) <= 99
+        assert context.tokens <= 100
         assert context.note == (
-            "Your question is about 2,500 tokens: with the instructions, all of the 100 tokens "
-            "budgeted for what the model sees; it was sent whole, with nothing else. The model saw "
-            "the newest 0 of 1 earlier turn; 1 earlier turn was left out (token budget)."
+            f"Your question is about 2,500 tokens, more than the 100 tokens budgeted for what the model sees: the "
+            f"model saw its first {tokens.count(sent)} tokens and nothing else; the other {2500 - tokens.count(sent):,} "
+            "or so were left out. The model saw the newest 0 of 1 earlier turn; 1 earlier turn was left out "
+            "(token budget)."
         )
         first = SessionContextLoader().load(
             user_id="u", session_id="s", system="sys", question="z" * 10_000, history=[], budget=100
-        )  # a new chat: nothing left out, still said
-        assert first.note == (
-            "Your question is about 2,500 tokens: with the instructions, all of the 100 tokens "
-            "budgeted for what the model sees; it was sent whole, with nothing else."
+        )  # a new chat: nothing else left out, the cut still said
+        assert first.note.endswith("or so were left out.")
+
+    def test_a_question_that_fills_the_budget_exactly_is_sent_whole(self):
+        question = "z" * 396  # 99 tokens, beside the 1 of "sys": all of the 100
+        context = SessionContextLoader().load(
+            user_id="u", session_id="s", system="sys", question=question, history=[], budget=100
         )
+        assert context.prompt.messages == [{"role": "user", "content": question}]
+        assert "it was sent whole, with nothing else" in context.note
 
 
 class TestOrderAndSources:

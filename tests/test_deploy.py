@@ -27,6 +27,7 @@ from tests.deploy_helpers import (
     TRANSACTION_ITEM_ACTIONS,
     _operations,
     app_dynamodb_actions,
+    app_s3_actions,
     load_template,
 )
 
@@ -142,6 +143,53 @@ class TestTheTemplate:
                 assert name.endswith(("SecretArn", "SecretName")), name
 
 
+def bucket_statement(template) -> dict:
+    policy = resource(template, "TaskRole")["Policies"][0]["PolicyDocument"]
+    return next(s for s in policy["Statement"] if isinstance(s, dict) and s.get("Sid") == "BodiesBucket")
+
+
+class TestTheBodiesBucket:
+    def test_it_is_encrypted_private_kept_and_aborts_stale_multipart_uploads(self, template):
+        bucket = resource(template, "BodiesBucket")
+        (rule,) = bucket["BucketEncryption"]["ServerSideEncryptionConfiguration"]
+        assert rule["ServerSideEncryptionByDefault"]["SSEAlgorithm"] in ("AES256", "aws:kms")
+        assert bucket["PublicAccessBlockConfiguration"] == {
+            "BlockPublicAcls": True,
+            "BlockPublicPolicy": True,
+            "IgnorePublicAcls": True,
+            "RestrictPublicBuckets": True,
+        }
+        assert bucket["VersioningConfiguration"] == {"Status": "Suspended"}  # docs/objects.md says why
+        (lifecycle,) = bucket["LifecycleConfiguration"]["Rules"]
+        assert lifecycle["Status"] == "Enabled" and lifecycle["AbortIncompleteMultipartUpload"] == {
+            "DaysAfterInitiation": 1
+        }
+        assert (
+            template["Resources"]["BodiesBucket"]["DeletionPolicy"],
+            template["Resources"]["BodiesBucket"]["UpdateReplacePolicy"],
+        ) == ("Retain", "Retain")
+
+    def test_its_policy_refuses_every_request_without_tls(self, template):
+        policy = resource(template, "BodiesBucketPolicy")
+        assert policy["Bucket"] == {"Ref": "BodiesBucket"}
+        (statement,) = policy["PolicyDocument"]["Statement"]
+        assert (statement["Effect"], statement["Principal"], statement["Action"]) == ("Deny", "*", "s3:*")
+        assert statement["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
+        assert statement["Resource"] == [{"Fn::GetAtt": ["BodiesBucket", "Arn"]}, {"Fn::Sub": "${BodiesBucket.Arn}/*"}]
+
+    def test_the_tasks_are_told_the_bucket(self, template):
+        container = resource(template, "TaskDefinition")["ContainerDefinitions"][0]
+        env = {e["Name"]: e["Value"] for e in container["Environment"]}
+        assert env["CHAT_BUCKET"] == {"Ref": "BodiesBucket"}
+
+    def test_the_task_role_allows_exactly_the_s3_actions_the_deployed_code_uses_under_users(self, template):
+        needed = app_s3_actions()
+        statement = bucket_statement(template)
+        assert set(statement["Action"]) == set(needed), needed
+        assert set(needed) == {"s3:GetObject", "s3:PutObject"}  # check and repair (list, delete) are the operator's
+        assert statement["Resource"] == [{"Fn::Sub": "${BodiesBucket.Arn}/users/*"}]
+
+
 class TestTheTaskRole:
     def test_it_allows_exactly_the_dynamodb_actions_the_deployed_code_uses(self, template):
         needed = app_dynamodb_actions()
@@ -224,7 +272,15 @@ def moto_client(service: str, url: str):
 
 
 # The parts of the template moto's CloudFormation can create (moto has no ALB authenticate action or Fargate).
-MOTO_PARTS = ["ChatTable", "CursorSecret", "LogGroup", "TaskRole", "ExecutionRole"]
+MOTO_PARTS = [
+    "ChatTable",
+    "BodiesBucket",
+    "BodiesBucketPolicy",
+    "CursorSecret",
+    "LogGroup",
+    "TaskRole",
+    "ExecutionRole",
+]
 
 
 def _refs(value) -> set[str]:
@@ -293,11 +349,17 @@ class TestInMotosCloudFormation:
                 "CHAT_TABLE": stack["ChatTable"],
                 "CHAT_REGION": REGION,
                 "CHAT_DYNAMODB_ENDPOINT": moto_server,
+                "CHAT_BUCKET": stack["BodiesBucket"],
+                "CHAT_BUCKET_ENDPOINT": moto_server,
             },
             secrets={},
             for_operator=True,
         )
         database = open_database(settings)
+        s3_used: set[str] = set()
+        database.objects.backend.client.meta.events.register(
+            "before-parameter-build.s3", lambda params, model, **_: s3_used.add(model.name)
+        )
         used: set[str] = set()
 
         def record(params, model, **_):
@@ -324,15 +386,27 @@ class TestInMotosCloudFormation:
         session, second = store.send_message(user, session, "And the index?", system_prompt_id="default-v1")
         store.fail_message(user, second, output_body="", error="model unavailable")
         store.rename_session(user, store.get_session(user, session.session_id), "Deploying")
+        session, third = store.send_message(
+            user, store.get_session(user, session.session_id), "the logs:\n" * 10_000, system_prompt_id="default-v1"
+        )  # over 16 KB: into the stack's bucket first
+        store.fail_message(user, third, output_body="", error="model unavailable")
         view = store.open_session(user, session.session_id)
-        assert [m.status for m in view.messages] == ["done", "failed"]
+        assert [m.status for m in view.messages] == ["done", "failed", "failed"]
+        assert store.bodies.text(user, view.messages[-1], "input", action="open") == "the logs:\n" * 10_000
+        bucket_allowed = set(role_policy(moto_server, stack["TaskRole"])["Statement"][-1]["Action"])
+        assert {f"s3:{name}" for name in s3_used} == bucket_allowed == {"s3:PutObject", "s3:GetObject"}
         assert [s.title for s in store.list_sessions(user).items] == ["Deploying"]
         assert table_exists(database.client, database.table)  # what open_database asks before serving
         ledger.flush(final=True)
         (bucket,) = ledger.read([keys.day_of(keys.now())], user=user, include_unflushed=False)
-        assert (bucket.counters["n.create"], bucket.counters["n.send"], bucket.counters["n.rename"]) == (1, 1, 1)
+        assert (bucket.counters["n.create"], bucket.counters["n.send"], bucket.counters["n.rename"]) == (1, 2, 1)
+        assert (bucket.counters["s3p.send"], bucket.counters["s3b.send"], bucket.counters["s3g.open"]) == (
+            1,
+            len("the logs:\n" * 10_000),
+            1,
+        )
         report = check_user(database.client, database.table, user)
-        assert report.ok and (report.sessions, report.messages) == (1, 2)
+        assert report.ok and (report.sessions, report.messages) == (1, 3)
         statement = role_policy(moto_server, stack["TaskRole"])["Statement"][0]
         allowed = {action.removeprefix("dynamodb:") for action in statement["Action"]}
         assert used - allowed == set()

@@ -7,6 +7,7 @@ import json
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -42,6 +43,12 @@ def test_the_readme_command_serves_this_machine_only(tmp_path):
     app = start_app(tmp_path, {})
     try:
         assert listening_addresses(app.port) == {"0100007F"}  # 127.0.0.1, and no other address or interface
+        # Streamlit prints its URLs a moment after the port accepts connections: wait for the line (a bound on a
+        # hang, not on speed), then check what it says
+        for _ in range(3000):
+            if "URL: " in app.log():
+                break
+            time.sleep(0.1)
         assert f"URL: http://127.0.0.1:{app.port}" in app.log() and "External URL" not in app.log()
     finally:
         app.stop()

@@ -31,6 +31,27 @@ class TestKeyFormats:
     def test_meta_sorts_after_every_message(self):
         assert keys.META_SK > keys.message_key(USER, SESSION, "Z" * 26)["sk"]
 
+    def test_a_pinned_row_key_sorts_by_pin_order_above_every_unpinned_row(self):
+        first = keys.list_key(USER, LAST, SESSION, pinned_at="2026-11-06T08:00:00.000Z")
+        assert first == {"pk": "USER#u-123", "sk": "SES#PIN#8206047999999#01JC3Q8Z4F6M2V9K7T5R1N0B8D"}
+        later = keys.list_key(USER, LAST, MESSAGE, pinned_at="2026-11-06T08:00:00.001Z")
+        newest_unpinned = keys.list_key(USER, "9999-12-31T23:59:59.999Z", SESSION)
+        # the sidebar reads descending: the first pin, then later pins, then every unpinned row
+        assert sorted([later["sk"], newest_unpinned["sk"], first["sk"]], reverse=True) == [
+            first["sk"],
+            later["sk"],
+            newest_unpinned["sk"],
+        ]
+
+    def test_pinned_rows_fall_in_the_sidebar_range_and_outside_every_other(self):
+        sk = keys.list_key(USER, LAST, SESSION, pinned_at=CREATED)["sk"]
+        assert sk.startswith(keys.SESSION_PREFIX)  # the sidebar's begins_with(sk, 'SES#') reads it
+        _, low, high = keys.memory_range(USER)
+        assert not low <= sk <= high and not sk.startswith(keys.VECTOR_PREFIX)
+        assert sk > keys.list_row_bound("9999-12-31T23:59:59.999Z")  # retention's time range never meets one
+        with pytest.raises(ValueError):
+            keys.pin_rank("yesterday")
+
     def test_an_empty_user_id_builds_no_key(self):
         with pytest.raises(ValueError):
             keys.user_pk("")
@@ -53,8 +74,16 @@ class TestParsing:
                 keys.memory_id_of(sk)
 
     def test_a_sidebar_row_gives_its_time_even_when_malformed(self):
-        assert keys.list_row_time(keys.list_key(USER, LAST, SESSION)["sk"]) == LAST
-        assert keys.list_row_time("SES#garbage") == "garbage"  # shown, not a failed page; `admin check` reports it
+        assert keys.row_time(keys.list_key(USER, LAST, SESSION)) == LAST
+        assert keys.row_time({"sk": "SES#garbage"}) == "garbage"  # shown, not a failed page; `admin check` reports it
+
+    def test_a_pinned_row_gives_the_time_it_carries_and_its_session(self):
+        row = {**keys.list_key(USER, LAST, SESSION, pinned_at=CREATED), "last_message_time": LAST}
+        assert keys.row_time(row) == LAST and keys.row_session_id(row["sk"]) == SESSION
+        assert keys.row_time({"sk": row["sk"]}) == ""  # a pinned row that lost its time: shown, reported by check
+        assert keys.record_kind(row["sk"]) == keys.LIST_ROW and keys.is_pinned_sk(row["sk"])
+        with pytest.raises(ValueError):
+            keys.list_row_parts(row["sk"])  # its key holds no last message time
 
 
 class TestTimesAndIds:
@@ -263,3 +292,46 @@ class TestStoredTimes:
         with pytest.raises(TimeOutOfRange):  # a domain error: the page keeps the typed question and says why
             store.send_message(USER, session, "a follow-up", system_prompt_id="p")
         assert requests.names == []
+
+
+class TestProjectKeys:
+    """Project records (lib/storage/projects.py): their keys as docs/projects.md shows, and the sort-key ranges."""
+
+    PROJECT = "01JC3QZZZZ8X5Y7Z9A1C3E5G7J"
+
+    def test_project_keys_match_the_design(self):
+        assert keys.project_meta_key(USER, self.PROJECT) == {
+            "pk": "USER#u-123#PRJ#01JC3QZZZZ8X5Y7Z9A1C3E5G7J",
+            "sk": "PRJ#META",
+        }
+        assert keys.project_row_key(USER, LAST, self.PROJECT) == {
+            "pk": "USER#u-123",
+            "sk": "PRJ#2026-11-06T08:35:22.456Z#01JC3QZZZZ8X5Y7Z9A1C3E5G7J",
+        }
+        assert keys.project_chat_key(USER, self.PROJECT, LAST, SESSION) == {
+            "pk": "USER#u-123#PRJ#01JC3QZZZZ8X5Y7Z9A1C3E5G7J",
+            "sk": "SES#2026-11-06T08:35:22.456Z#01JC3Q8Z4F6M2V9K7T5R1N0B8D",
+        }
+
+    def test_a_project_row_sorts_between_pref_and_purge_outside_every_other_range(self):
+        for time in ("0000-01-01T00:00:00.000Z", LAST, "9999-12-31T23:59:59.999Z"):
+            sk = keys.project_row_key(USER, time, self.PROJECT)["sk"]
+            _, low, high = keys.memory_range(USER)
+            assert high < sk < keys.PURGE_PREFIX  # after PREF#~, before PURGE#
+            assert not low <= sk <= high
+            for prefix in (keys.SESSION_PREFIX, keys.TEMPORARY_PREFIX, keys.VECTOR_PREFIX, keys.LINK_PREFIX):
+                assert not sk.startswith(prefix)
+            assert sk < keys.SESSION_PREFIX  # the sidebar's begins_with(sk, 'SES#') never meets one
+            assert keys.record_kind(sk) == keys.PROJECT_ROW and keys.project_row_parts(sk) == (time, self.PROJECT)
+
+    def test_a_project_partition_is_no_users_and_no_sessions(self):
+        pk = keys.project_pk(USER, self.PROJECT)
+        assert keys.parse_pk(pk) is None  # 'u-123#PRJ#...' is not a user id: readers of user partitions skip it
+        assert keys.parse_project_pk(pk) == (USER, self.PROJECT)
+        assert keys.parse_project_pk(keys.session_pk(USER, SESSION)) is None
+        assert keys.record_kind(keys.PROJECT_META_SK) == keys.PROJECT_META
+
+    @pytest.mark.parametrize("forged", ["", "x", "../x", "01JC3Q8Z4F6M2V9K7T5R1N0B8D#SES#", None])
+    def test_no_project_key_is_built_from_a_malformed_id(self, forged):
+        with pytest.raises(ValueError):
+            keys.project_pk(USER, forged)

@@ -34,6 +34,13 @@ class ContextCache:
     pools: OrderedDict = field(default_factory=OrderedDict)
     memory: dict[str, MemoryState] = field(default_factory=dict)
     max_pools: int = MAX_POOLS
+    # (user_id, project_id) -> Project: read once per browser session for its chats' prompts, then kept current
+    # by this session's own edits and moves of the project (docs/projects.md)
+    projects: dict = field(default_factory=dict)
+
+    def learn_project(self, user_id: str, project) -> None:
+        """This session created, edited or moved a project forward: its next question uses it without a read."""
+        self.projects[(user_id, project.project_id)] = project
 
     def pool(self, user_id: str, session_id: str) -> TurnPool:
         key = (user_id, session_id)

@@ -3,6 +3,7 @@ to run after a turn is saved. No Streamlit here; the page keeps a ContextCache i
 
 Requests per question (the budget: at most 2 beyond what the page loaded, the same at turn 300 as at turn 3):
     memories + off switch   1 Query, once per browser session (then kept current by this session)
+    a project's instructions 1 GetItem, once per browser session and project (a chat in a project only)
     semantic recall         1 SearchVectors when the table has the vector index (billed in bytes, not units),
                             none for the first question of a chat or while every earlier turn is loaded and fits
     recalled older turns    at most 1 BatchGetItem of the best hits the session does not hold (as many as the
@@ -15,14 +16,16 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from lib import tokens
+from lib import logs, tokens
 from lib.context.cache import ContextCache
 from lib.context.loader import Context, SessionContextLoader
 from lib.context.memories import Extractor, MemoryOutcome, extract_memories_after_save, memory_state
 from lib.context.recall import KeywordRecall, Recall
 from lib.context.summaries import Summarizer, SummaryOutcome, regenerate_summary, summarize_after_save
+from lib.errors import ChatError
 from lib.model.prompts import system_prompt
 from lib.storage.memories import MemoryStore
+from lib.storage.projects import ProjectStore
 from lib.storage.records import Message, Session, Summary
 from lib.storage.summaries import SummaryStore
 
@@ -44,6 +47,7 @@ class ContextEngine:
     ):
         self.summaries = SummaryStore(client, table, meter)
         self.memories = MemoryStore(client, table, meter)
+        self.projects = ProjectStore.on(client, table, meter)  # a chat's project's instructions
         self.summarizer = Summarizer(model, settings.summary_model, settings.summary_tokens)
         self.extractor = Extractor(model, settings.summary_model)
         self.settings = settings
@@ -92,6 +96,7 @@ class ContextEngine:
             state = memory_state(self.memories, cache, user_id)  # the instructions come in the same Query
             memories = state.memories if state.enabled else []
             instructions = state.instructions.block()
+        project = self.project(cache, user_id, session.project_id) if session and session.project_id else None
         if earlier_turns is None:
             earlier_turns = max(session.message_count - 1, 0) if session else 0
         if session is not None:
@@ -109,7 +114,22 @@ class ContextEngine:
             earlier_turns=earlier_turns,
             before=before,
             instructions=instructions,
+            project=project.block() if project is not None else "",
+            project_id=project.project_id if project is not None else None,
         )
+
+    def project(self, cache: ContextCache, user_id: str, project_id: str):
+        """The chat's project (lib.storage.records.Project): from the browser session's cache, else 1 GetItem;
+        None when it is gone (the chat is answered without its instructions rather than not at all)."""
+        found = cache.projects.get((user_id, project_id))
+        if found is None:
+            try:
+                found = self.projects.get(user_id, project_id)
+            except ChatError as exc:  # ProjectNotFound, or a store error: the question still goes, and says so
+                logs.warning("context.project_unread", error_class=type(exc).__name__)
+                return None
+            cache.learn_project(user_id, found)
+        return found
 
     def summarize_after_save(
         self, user_id: str, session: Session, history: list[Message], summary: Summary | None

@@ -167,17 +167,21 @@ class SessionContextLoader:
         earlier_turns: int | None = None,
         before: str | None = None,
         instructions: str = "",
+        project: str = "",
+        project_id: str | None = None,
     ) -> Context:
         """The prompt for `question` after `history` (earlier turns the caller has, oldest first). `instructions`:
-        the user's custom instructions, part of the system text (always sent, like it), listed as their own part."""
-        if not instructions:
+        the user's custom instructions, part of the system text (always sent, like it), listed as their own part;
+        `project`: the instructions of the chat's project (`project_id`), after them, listed as their own part."""
+        added = [(kind, text) for kind, text in (("instructions", instructions), ("project", project)) if text]
+        if not added:
             return self._load(
                 user_id, session_id, system, question, history, budget, memories, summary, earlier_turns, before
             )
         context = self._load(
             user_id,
             session_id,
-            f"{system}\n\n{instructions}",
+            "\n\n".join([system, *(text for _, text in added)]),
             question,
             history,
             budget,
@@ -186,13 +190,12 @@ class SessionContextLoader:
             earlier_turns,
             before,
         )
-        own = min(tokens.count(instructions) + 1, context.sources[0].tokens)  # + the blank line that joins them
-        sources = (
-            Source("system", context.sources[0].tokens - own),
-            Source("instructions", own),
-            *context.sources[1:],
-        )
-        return replace(context, sources=sources)
+        left, parts = context.sources[0].tokens, []
+        for kind, text in added:
+            own = min(tokens.count(text) + 1, left)  # + the blank line that joins it to the text before
+            left -= own
+            parts.append(Source(kind, own, project_id) if kind == "project" else Source(kind, own))
+        return replace(context, sources=(Source("system", left), *parts, *context.sources[1:]))
 
     def _load(
         self, user_id, session_id, system, question, history, budget, memories, summary, earlier_turns, before
@@ -201,7 +204,14 @@ class SessionContextLoader:
         earlier = max(earlier_turns if earlier_turns is not None else len(history), len(history))
         base = tokens.count(system) + tokens.count(question)
         if base >= budget or not question:
-            return self._assemble(system, question, budget, [], "", None, [], [], earlier, history)
+            # A question larger than the budget (up to CHAT_MAX_QUESTION_BYTES, 2 MB, with an object store) is
+            # cut to what the budget leaves beside the system prompt: the note says how much was left out.
+            room = max(budget - tokens.count(system), MIN_EXCERPT_TOKENS)
+            asked = tokens.count(question)
+            if question and asked > room:
+                question = tokens.clip(question[: 4 * room + 8], room)  # a prefix that surely passes `room`
+            cut = asked if question and tokens.count(question) < asked else None
+            return self._assemble(system, question, budget, [], "", None, [], [], earlier, history, cut)
         left = budget - base
 
         verbatim: list[Message] = []  # newest first
@@ -328,6 +338,7 @@ class SessionContextLoader:
         verbatim: list[Message],
         earlier: int,
         history: list[Message],
+        question_cut_from: int | None = None,
     ) -> Context:
         sources = [Source("system", tokens.count(system))]
         sources += [
@@ -372,7 +383,13 @@ class SessionContextLoader:
             earlier, len(verbatim), len(recalled), summary_part, len(memories), _unsent(history, sent, summary_part)
         )
         asked = tokens.count(question)
-        if question and tokens.count(system) + asked >= budget:  # load()'s test: nothing else fitted beside it
+        if question_cut_from is not None:
+            note = (
+                f"Your question is about {question_cut_from:,} tokens, more than the {budget:,} tokens budgeted for "
+                f"what the model sees: the model saw its first {asked:,} tokens and nothing else; the other "
+                f"{question_cut_from - asked:,} or so were left out" + (". " + note if note else ".")
+            )
+        elif question and tokens.count(system) + asked >= budget:  # load()'s test: nothing else fitted beside it
             note = (
                 f"Your question is about {asked:,} tokens: with the instructions, all of the {budget:,} tokens "
                 "budgeted for what the model sees; it was sent whole, with nothing else"

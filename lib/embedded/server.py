@@ -341,10 +341,42 @@ class _QuietHandler(WSGIRequestHandler):
         pass
 
 
-class LocalDynamo:
-    """moto's DynamoDB on 127.0.0.1:<free port>, serialized, optionally stored in `data_dir` (SQLite)."""
+EXPIRE_EVERY_S = 60.0  # how often the embedded database deletes items past their TTL attribute
+_EXPIRE_BATCH = 500  # items deleted per table per round: one round never holds the lock for long
 
-    def __init__(self, data_dir: str | os.PathLike | None = None, region: str = "us-east-1"):
+
+def _expired_images(table: Any, attribute: str, now: float, limit: int) -> list[dict]:
+    """Up to `limit` items of `table` (wire format) whose number `attribute` is at or before `now`."""
+    disk = getattr(table, "chat_disk", None)
+    if disk is not None:
+        return disk.expired(table.name, attribute, now, limit)
+    found = []
+    for partition in list(table.items.values()):
+        for item in list(partition.values()) if isinstance(partition, dict) else [partition]:
+            image = item.to_json()["Attributes"]
+            value = image.get(attribute, {}).get("N")
+            if value is not None and float(value) <= now:
+                found.append(image)
+                if len(found) >= limit:
+                    return found
+    return found
+
+
+class LocalDynamo:
+    """moto's DynamoDB on 127.0.0.1:<free port>, serialized, optionally stored in `data_dir` (SQLite).
+
+    It keeps DynamoDB's TTL rule too: every EXPIRE_EVERY_S, items whose TTL attribute (a number of epoch seconds)
+    has passed are deleted, each by a conditional DeleteItem through the same door as every request (so it is
+    committed to disk like any write, and an item whose time was moved forward meanwhile stays). Like DynamoDB,
+    the deletion comes some time after the moment: readers that must not show an expired item check it."""
+
+    def __init__(
+        self,
+        data_dir: str | os.PathLike | None = None,
+        region: str = "us-east-1",
+        *,
+        expire_every_s: float | None = EXPIRE_EVERY_S,
+    ):
         self.data_dir = Path(data_dir) if data_dir else None
         self.region = region
         self._server: Any = None
@@ -353,6 +385,8 @@ class LocalDynamo:
         self.tables: list[str] = []  # the tables this server put into moto from its disk
         self.migrated: str | None = None  # what start imported from an old journal, if anything
         self._stopping = threading.Event()
+        self._app: Callable | None = None
+        self._expire_every_s = expire_every_s
 
     @property
     def endpoint_url(self) -> str:
@@ -372,7 +406,7 @@ class LocalDynamo:
                 self.disk = Disk.open(self.data_dir)
                 self.migrated = migrate.import_journal(self.disk)
                 self._restore_tables(moto_app)
-            app = _SerializedApp(moto_app, self.disk, self.region)
+            app = self._app = _SerializedApp(moto_app, self.disk, self.region)
             self._server = make_server("127.0.0.1", 0, app, threaded=True, request_handler=_QuietHandler)
         except BaseException:
             self.stop()
@@ -384,6 +418,8 @@ class LocalDynamo:
         self._thread.start()
         if self.disk is not None:
             threading.Thread(target=self._sync, args=(self.disk,), name="local-dynamodb-sync", daemon=True).start()
+        if self._expire_every_s is not None:
+            threading.Thread(target=self._expire_loop, name="local-dynamodb-ttl", daemon=True).start()
         from lib.embedded.partitions import Loads
 
         Loads.settle(force=True)  # the process's start-up objects: modules, moto's own structures
@@ -416,6 +452,49 @@ class LocalDynamo:
                     disk.checkpoint()
                 except DiskError as exc:  # the next commit will fail with the same sentence; retried next round
                     logs.error("embedded.checkpoint_failed", exc_info=False, reason=str(exc))
+
+    def _expire_loop(self) -> None:
+        while not self._stopping.wait(self._expire_every_s):
+            try:
+                self.expire_now()
+            except Exception as exc:  # logged and tried again next round: TTL is a sweep, not a promise of the moment
+                logs.error("embedded.expire_failed", exc_info=False, error_class=type(exc).__name__)
+
+    def expire_now(self, now: float | None = None) -> int:
+        """One TTL round: delete the items past their table's TTL attribute (at most _EXPIRE_BATCH a table);
+        returns how many were deleted. Also what tests call instead of waiting for the loop."""
+        import time
+
+        now = time.time() if now is None else now
+        with REQUEST_LOCK:
+            backend = moto_backend(self.region)
+            work = []
+            for table in list(backend.tables.values()):
+                ttl = getattr(table, "ttl", None) or {}
+                if ttl.get("TimeToLiveStatus") == "ENABLED" and ttl.get("AttributeName"):
+                    attribute = ttl["AttributeName"]
+                    key_names = [table.hash_key_attr] + ([table.range_key_attr] if table.range_key_attr else [])
+                    for image in _expired_images(table, attribute, now, _EXPIRE_BATCH):
+                        work.append((table.name, attribute, {k: image[k] for k in key_names}))
+        deleted = 0
+        for table_name, attribute, key in work:  # outside the lock: each delete takes it like any request
+            status, _ = _call_moto(
+                self._app,
+                self.region,
+                "DeleteItem",
+                {
+                    "TableName": table_name,
+                    "Key": key,
+                    # only if still expired: a write that moved the time forward since the read keeps the item
+                    "ConditionExpression": "#ttl <= :now",
+                    "ExpressionAttributeNames": {"#ttl": attribute},
+                    "ExpressionAttributeValues": {":now": {"N": str(int(now))}},
+                },
+            )
+            deleted += status == 200
+        if deleted:
+            logs.event("embedded.expired", items=deleted)
+        return deleted
 
     def stop(self) -> None:
         """Stop serving, take this disk's tables out of moto, release the folder."""

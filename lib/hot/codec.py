@@ -13,6 +13,7 @@ import dataclasses
 import json
 from typing import Any, TypeVar
 
+from lib.storage.objects import BodyRef
 from lib.storage.records import Message, Session, SessionView, Summary
 
 SCHEMA = 1
@@ -74,6 +75,8 @@ def _message(values: Any) -> Message:
     values = dict(values)
     values["context"] = tuple(values.get("context") or ())
     values["kept"] = frozenset(values.get("kept") or ())
+    for name in ("input_ref", "output_ref"):  # a long body's pointer (lib/storage/bodies.py), a dict in JSON
+        values[name] = BodyRef.from_record(values[name]) if values.get(name) else None
     return _record(Message, values)
 
 

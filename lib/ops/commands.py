@@ -42,6 +42,8 @@ def register(commands: Any) -> None:
     purge.add_argument("--user", required=True)
     purge.add_argument("--usage", action="store_true", help="also delete the user's usage-ledger buckets")
     purge.add_argument("--dry-run", action="store_true")
+    purge.add_argument("--deep", action="store_true", help="also Scan for session partitions no row points to")
+    purge.add_argument("--json", action="store_true", help="the purge report as JSON (for a compliance ticket)")
     export = commands.add_parser("export-user", help="all chats and memories of one user as a zip")
     export.add_argument("--user", required=True)
     export.add_argument("--out", required=True, help="the .zip file to write (refused if it exists)")
@@ -88,11 +90,11 @@ def _print_report(report: Any) -> None:
         print(f"  {len(session_ids)} chats under an unfinished {command}: run it again to finish deleting them")
 
 
-def _reports(args: argparse.Namespace, settings: Settings, database: Any, db: Any) -> list:
+def _reports(args: argparse.Namespace, settings: Settings, database: Any, db: Any, trail: Any = None) -> list:
     from lib.ops.invariants import check_all, check_user
 
     if args.all:
-        return check_all(db, pending_timeout_s=settings.pending_timeout_s)
+        return check_all(db, pending_timeout_s=settings.pending_timeout_s, trail=trail)
     return [
         check_user(
             database.client,
@@ -106,12 +108,53 @@ def _reports(args: argparse.Namespace, settings: Settings, database: Any, db: An
 
 
 def _check(args, settings, database, db) -> int:
-    reports = _reports(args, settings, database, db)
+    from lib.ops.audit_report import leftovers, leftovers_line
+    from lib.ops.invariants import AuditTrail
+
+    trail = AuditTrail()
+    reports = _reports(args, settings, database, db, trail)
     for report in reports:
         _print_report(report)
+    trail_ok = True
+    if not args.all and not reports[0].sessions and not reports[0].deletions:  # purged? say what is proven
+        print(leftovers_line(leftovers(db, args.user, deep=args.deep)))
+    if args.all:
+        trail_ok = _print_audit_trail(trail)
     if args.all:
         print(f"{len(reports)} users, {sum(len(r.violations) for r in reports)} violations")
-    return 0 if all(r.ok for r in reports) else 1
+    bodies = _audit_bodies(args, database)
+    return 0 if all(r.ok for r in reports) and (bodies is None or bodies.ok) and trail_ok else 1
+
+
+def _print_audit_trail(trail: Any) -> bool:
+    """The audit records the --all Scan met (lib.ops.invariants.AuditTrail); False if any is malformed."""
+    days = f"{len(trail.days)} day{'' if len(trail.days) == 1 else 's'}"
+    print(f"audit trail: {trail.records} records on {days}, {len(trail.problems)} malformed")
+    for problem in trail.problems:
+        print(f"  VIOLATION audit record {problem}")
+    return not trail.problems
+
+
+def _audit_bodies(args, database):
+    """The object store against the table (docs/objects.md); None without an object store."""
+    import datetime as dt
+
+    from lib.storage.bodies import audit
+
+    if getattr(database, "objects", None) is None:
+        return None
+    found = audit(database.store().bodies, None if args.all else args.user, now=dt.datetime.now(dt.UTC))
+    print(
+        f"object store ({database.objects.where}): {found.objects} objects, {len(found.orphans)} orphans, "
+        f"{len(found.missing)} pointers to missing objects, {found.young} too new to judge"
+    )
+    for orphan in found.orphans:
+        print(f"  ORPHAN {orphan.key} ({orphan.size:,} bytes, no turn points to it: `repair` removes it)")
+    for where in found.missing:
+        print(f"  VIOLATION missing object: {where} points to an object that is not in the store")
+    for key in found.strays:
+        print(f"  VIOLATION {key}: not an object this app writes")
+    return found
 
 
 def _repair(args, settings, database, db) -> int:
@@ -129,6 +172,13 @@ def _repair(args, settings, database, db) -> int:
         left = [p for p in report.problems if not p.repair]
         for problem in left:
             print(f"{report.user_id}: needs an operator: {problem}")
+    bodies = _audit_bodies(args, database)
+    if bodies is not None and bodies.orphans:
+        if args.dry_run:
+            print(f"would remove {len(bodies.orphans)} orphaned objects")
+        else:
+            changed += database.store().bodies.remove_orphans(bodies.orphans)
+            print(f"removed {len(bodies.orphans)} orphaned objects")
     print(f"{changed} repairs made" + (" (dry run: nothing changed)" if args.dry_run else ""))
     return 0
 
@@ -150,15 +200,25 @@ def _users(args, settings, database, db) -> int:
 
 def _purge(args, settings, database, db) -> int:
     """NoSuchUser (exit code 2) for an id the table knows nothing of: a typo must not read as a done purge."""
+    from lib.ops import audited
+    from lib.ops.audit_report import leftovers, print_purge_report, purge_report
     from lib.ops.users import purge_user
 
-    counts = purge_user(db, args.user, dry_run=args.dry_run, usage=args.usage)
-    verb = "would delete" if args.dry_run else "deleted"
-    print(
-        f"{args.user}: {verb} {counts['sessions']} sessions ({counts['session_items']} items), "
-        f"{counts['other_items']} other items, {counts['usage_buckets']} usage buckets, and the registry entry"
+    counts = purge_user(db, args.user, dry_run=args.dry_run, usage=args.usage, deep=args.deep)
+    bodies = database.store(settings.cursor_secret).bodies  # long bodies: after the items that pointed at them
+    counts["objects"] = bodies.purge_user(args.user, dry_run=args.dry_run)
+    left = None if args.dry_run else leftovers(db, args.user, deep=args.deep, objects=bodies.left(args.user))
+    report = purge_report(
+        args.user,
+        counts,
+        dry_run=args.dry_run,
+        usage=args.usage,
+        left=left,
+        request_id=audited.current_request_id(),
     )
-    return 0
+    audited.note(sessions=counts["sessions"], **{f"n_{k}": n for k, n in counts["kinds"].items()})
+    print(print_purge_report(report, as_json=args.json))
+    return 0 if left is None or left.nothing else 1
 
 
 def _export(args, settings, database, db) -> int:
@@ -167,7 +227,10 @@ def _export(args, settings, database, db) -> int:
     out = Path(args.out)
     if out.exists():
         raise ValueError(f"{out} exists; choose a new file name")
-    counts = export_user(database.store(settings.cursor_secret), db, args.user, out)
+    from lib.storage.summaries import SummaryStore
+
+    summaries = SummaryStore(database.client, database.table, database.meter)
+    counts = export_user(database.store(settings.cursor_secret), db, args.user, out, summaries=summaries)
     print(f"{args.user}: {counts['sessions']} chats, {counts['turns']} turns, {counts['memories']} memories -> {out}")
     return 0
 
@@ -179,8 +242,16 @@ def _retention(args, settings, database, db) -> int:
     verb = "would delete" if args.dry_run else "deleted"
     for user_id, deleted in results.items():
         kept = f"; kept {len(deleted.kept)} the user wrote to since they were listed" if deleted.kept else ""
-        print(f"{user_id}: {verb} {deleted.sessions} sessions ({deleted.items} items){kept}")
+        kinds = ", ".join(f"{n} {kind}" for kind, n in sorted(deleted.kinds.items()) if n)
+        print(f"{user_id}: {verb} {deleted.sessions} sessions ({deleted.items} items: {kinds or 'none'}){kept}")
     print(f"{sum(d.sessions for d in results.values())} sessions older than {args.older_than:g} days {verb}")
+    from lib.ops import audited
+
+    totals: dict[str, int] = {}
+    for deleted in results.values():
+        for kind, n in deleted.kinds.items():
+            totals[f"n_{kind}"] = totals.get(f"n_{kind}", 0) + n
+    audited.note(users=len(results), sessions=sum(d.sessions for d in results.values()), **totals)
     return 0
 
 

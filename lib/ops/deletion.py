@@ -17,6 +17,7 @@ unfinished deletion and `repair` leaves them alone (it would otherwise rebuild t
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -33,10 +34,12 @@ class Deleted:
     items: int = 0
     session_ids: list[str] = field(default_factory=list)
     kept: list[str] = field(default_factory=list)  # listed, then used again before the deletion reached them
+    kinds: Counter = field(default_factory=Counter)  # items by keys.record_kind (the purge report)
 
     def add(self, other: Deleted) -> None:
         self.sessions += other.sessions
         self.items += other.items
+        self.kinds.update(other.kinds)
         self.session_ids += other.session_ids
         self.kept += other.kept
 
@@ -76,11 +79,13 @@ def delete_sessions(
         done = Deleted(len(pending), session_ids=pending)
         done.items = sum(len(rows.get(s, ())) + len(_partition_keys(db, user_id, s)) for s in pending)
         done.items += sum(len(db.user_partition(user_id, keys.session_vector_prefix(s))) for s in pending)
+        done.kinds = _kinds_of(db, user_id, pending, rows, markers)
         return done
     done = Deleted()
     for marker in markers:  # an earlier run's work first, under the condition it was started with
         done.add(_delete(db, user_id, sorted(marker.get("session_ids", ())), marker.get("cutoff_time"), show_progress))
         db.delete_items([marker])
+        done.kinds[keys.PURGE] += 1
     finished = {*done.session_ids, *done.kept}
     new = [s for s in wanted if s not in finished]
     if new:
@@ -98,24 +103,45 @@ def _delete(db: Operator, user_id: str, session_ids: list[str], cutoff: str | No
         if outcome in (DELETED, GONE):
             committed.append(session_id)
             done.items += len(rows.get(session_id, ())) + (outcome == DELETED)
+            done.kinds[keys.LIST_ROW] += len(rows.get(session_id, ()))
+            done.kinds[keys.META] += outcome == DELETED
         else:
             done.kept.append(session_id)
     for session_id in Progress(committed, f"deleting {user_id}'s chats", force=show_progress):
-        done.items += db.delete_items(_partition_keys(db, user_id, session_id))  # the meta is gone already
-        done.items += db.delete_items(db.user_partition(user_id, keys.session_vector_prefix(session_id)))
+        partition = _partition_keys(db, user_id, session_id)
+        vectors = db.user_partition(user_id, keys.session_vector_prefix(session_id))
+        done.kinds.update(keys.record_kind(i["sk"]) for i in [*partition, *vectors])
+        done.items += db.delete_items(partition)  # the meta is gone already
+        done.items += db.delete_items(vectors)
         done.sessions += 1
         done.session_ids.append(session_id)
+    if committed:  # a share link's snapshot is a copy of the chat's text: it goes with the chat (docs/sharing.md)
+        done.items += db.shares.delete_links(user_id, committed)
     return done
 
 
 def _rows(db: Operator, user_id: str) -> dict[str, list[dict]]:
-    """The user's sidebar rows by session (one Query of the rows)."""
+    """The user's sidebar rows and temporary chats' rows by session (lib.storage.operator.Operator.chat_rows)."""
     rows: dict[str, list[dict]] = {}
-    for row in db.user_partition(user_id, keys.SESSION_PREFIX):
-        if keys.record_kind(row["sk"]) == keys.LIST_ROW:
-            rows.setdefault(keys.list_row_parts(row["sk"])[1], []).append(row)
+    for row in db.chat_rows(user_id):
+        if keys.record_kind(row["sk"]) in (keys.LIST_ROW, keys.TEMPORARY):
+            rows.setdefault(keys.row_session_id(row["sk"]), []).append(row)
     return rows
 
 
 def _partition_keys(db: Operator, user_id: str, session_id: str) -> list[dict]:
     return db.session_keys(user_id, session_id)
+
+
+def _kinds_of(db: Operator, user_id: str, sessions: list[str], rows: dict, markers: list[dict]) -> Counter:
+    """What a dry run would delete, by record kind: the same reads as its item count (a second time: a dry run's
+    budget is not the point)."""
+    kinds: Counter = Counter({keys.PURGE: len(markers)} if markers else {})
+    for session_id in sessions:
+        kinds[keys.LIST_ROW] += len(rows.get(session_id, ()))
+        items = [
+            *_partition_keys(db, user_id, session_id),
+            *db.user_partition(user_id, keys.session_vector_prefix(session_id)),
+        ]
+        kinds.update(keys.record_kind(i["sk"]) for i in items)
+    return kinds

@@ -12,6 +12,10 @@ For every session of a user:
   - every record's sort key is one the store knows (lib.storage.keys.record_kind);
   - a turn's versions (lib/storage/versions.py): every version but the selected one is kept, every kept one has
     its record, and no version record belongs to a turn that is not stored or names a version it does not have.
+For every project of a user (docs/projects.md): exactly one project row, at its meta's last_activity_time and
+with its name; a chat whose meta names a project has exactly one row in that project's partition, at the meta's
+time and with its title, and a project's chat row names a chat whose meta names that project (reported, with no
+mechanical repair: which project a chat belongs in is the user's choice).
 Turns still pending after the timeout are listed, not counted as violations (`sweep-pending` ends them).
 Sessions a purge marker lists (a purge-user or retention that was killed) are listed as an unfinished
 deletion, not checked: rerunning the command finishes them, and `repair` must not rebuild what it deletes.
@@ -25,11 +29,13 @@ from __future__ import annotations
 import datetime as dt
 from collections import defaultdict
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any
 
-from lib.storage import keys
+from lib.storage import items, keys
 from lib.storage.operator import Operator
 from lib.storage.records import Message, Session
+from lib.storage.schema import TTL_ATTRIBUTE
 
 
 @dataclass
@@ -51,6 +57,21 @@ class SessionRecords:
     meta: dict | None = None
     turns: list[dict] = field(default_factory=list)
     versions: list[str] = field(default_factory=list)  # sort keys of version records
+    unknown: list[str] = field(default_factory=list)
+
+    @property
+    def expiring(self) -> bool:
+        """What is left of a temporary chat whose meta TTL already deleted: every item left carries `expire_at`
+        and TTL deletes them one at a time, in no order. Not a broken chat: nothing is rebuilt from it."""
+        left = [*self.rows, *self.turns]
+        return self.meta is None and bool(left) and all(TTL_ATTRIBUTE in item for item in left)
+
+
+@dataclass
+class ProjectRecords:
+    meta: dict | None = None
+    rows: list[dict] = field(default_factory=list)  # its rows in the user's project list (one, when consistent)
+    chats: list[dict] = field(default_factory=list)  # the chat rows in its partition
     unknown: list[str] = field(default_factory=list)
 
 
@@ -78,28 +99,67 @@ class Report:
         return not self.problems
 
 
-class Collector:
-    """Sorts items (plain values) into users and sessions by their keys; ignores partitions of no user."""
+@dataclass
+class AuditTrail:
+    """The audit records (pk AUDIT#<day>) a Scan met: how many, on which days, and the malformed ones (a key
+    that is not an audit record's, a time not on its day, no `expire_at`: it would never expire)."""
 
-    def __init__(self) -> None:
+    records: int = 0
+    days: set[str] = field(default_factory=set)
+    problems: list[str] = field(default_factory=list)
+
+    def add(self, item: dict) -> None:
+        try:
+            day, _, _ = keys.audit_parts(item["pk"], item["sk"])
+        except ValueError:
+            self.problems.append(f"{item['pk']} {item['sk']!r}: not an audit record key")
+            return
+        self.records += 1
+        self.days.add(day)
+        if not isinstance(item.get(TTL_ATTRIBUTE), (int, Decimal)):
+            self.problems.append(f"{item['pk']} {item['sk']}: no {TTL_ATTRIBUTE}, so it never expires")
+
+
+class Collector:
+    """Sorts items (plain values) into users and sessions by their keys; ignores partitions of no user (the audit
+    trail's, AUDIT#<day>, go to `trail` when one is given)."""
+
+    def __init__(self, trail: AuditTrail | None = None) -> None:
+        self.trail = trail
         self.users: dict[str, dict[str, SessionRecords]] = defaultdict(lambda: defaultdict(SessionRecords))
         self.user_unknown: dict[str, list[str]] = defaultdict(list)
         self.deletions: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
+        self.projects: dict[str, dict[str, ProjectRecords]] = defaultdict(lambda: defaultdict(ProjectRecords))
 
     def add(self, item: dict) -> None:
+        project = keys.parse_project_pk(item["pk"])
+        if project is not None:
+            records, kind = self.projects[project[0]][project[1]], keys.record_kind(item["sk"])
+            if kind == keys.PROJECT_META:
+                records.meta = item
+            elif kind == keys.LIST_ROW and not keys.is_pinned_sk(item["sk"]):
+                records.chats.append(item)
+            else:
+                records.unknown.append(item["sk"])
+            self.users[project[0]]  # the user exists even with no session
+            return
         owner = keys.parse_pk(item["pk"])
         if owner is None:
+            if self.trail is not None and item["pk"].startswith(keys.AUDIT_PREFIX):
+                self.trail.add(item)
             return  # the usage ledger and anything else outside USER#
         user_id, session_id = owner
         kind = keys.record_kind(item["sk"])
         if session_id is None:
-            if kind == keys.LIST_ROW:
-                self.users[user_id][keys.list_row_parts(item["sk"])[1]].rows.append(item)
+            if kind in (keys.LIST_ROW, keys.TEMPORARY):  # a chat's one row: in the sidebar, or a temporary chat's
+                self.users[user_id][keys.row_session_id(item["sk"])].rows.append(item)
+            elif kind == keys.PROJECT_ROW:
+                self.projects[user_id][keys.project_row_parts(item["sk"])[1]].rows.append(item)
             elif kind == keys.PURGE:
                 command = item.get("source_command") or "deletion"  # markers from before they named it
                 self.deletions[user_id][command] |= set(item.get("session_ids", ()))
                 self.users[user_id]  # the user exists even with no session left
-            elif kind not in (keys.MEMORY, keys.VECTOR, keys.PREFERENCE):
+            elif kind not in (keys.MEMORY, keys.VECTOR, keys.PREFERENCE, keys.LINK):
                 self.user_unknown[user_id].append(item["sk"])
             else:
                 self.users[user_id]  # the user exists even with no session
@@ -123,6 +183,7 @@ def _judge(
     pending_timeout_s: float,
     at: dt.datetime | None,
     deletions: dict[str, set[str]] | None = None,
+    projects: dict[str, ProjectRecords] | None = None,
 ) -> Report:
     deletions = deletions or {}
     deleting = {s for ids in deletions.values() for s in ids}
@@ -133,6 +194,8 @@ def _judge(
         turns = [Message.from_item({"input_body": "", **t}) for t in records.turns]  # bodies are not read
         report.messages += len(turns)
         report.problems += [Violation(session_id, f"unknown record {sk!r}") for sk in records.unknown]
+        if records.expiring:
+            continue  # a temporary chat TTL is deleting (docs/design.md, "Temporary chats")
         if records.meta is None:
             if turns:
                 report.problems.append(
@@ -149,7 +212,8 @@ def _judge(
             continue
         report.sessions += 1
         meta = Session.from_item(records.meta)
-        times = [keys.list_row_parts(r["sk"])[0] for r in records.rows]
+        right_sk = items.list_item(user_id, meta)["sk"]["S"]
+        times = [meta.last_message_time if meta.temporary else keys.row_time(r) for r in records.rows]
         if len(records.rows) != 1:
             report.problems.append(
                 Violation(session_id, f"has {len(records.rows)} sidebar rows", "keep one row, at the meta's time")
@@ -162,7 +226,17 @@ def _judge(
                     "keep one row, at the meta's time",
                 )
             )
-        elif records.rows[0].get("title") != meta.title:
+        elif (
+            records.rows[0]["sk"] != right_sk
+        ):  # pinned (or temporary) on the meta and not in its row, or the other way
+            report.problems.append(
+                Violation(
+                    session_id,
+                    f"sidebar row is {_row_state(records.rows[0]['sk'])}, meta is {_meta_state(meta)}",
+                    "keep one row, at the meta's time",
+                )
+            )
+        elif not meta.temporary and records.rows[0].get("title") != meta.title:
             report.problems.append(
                 Violation(session_id, "sidebar title differs from the meta's", "copy the meta's title to the row")
             )
@@ -178,7 +252,57 @@ def _judge(
             report.problems.append(Violation(session_id, "newest turn is not at last_message_time"))
         report.stale_pending += [(session_id, t.message_id) for t in turns if t.is_stale(pending_timeout_s, at)]
         report.problems += _version_problems(session_id, turns, records.versions)
+    report.problems += _project_problems(report.records, projects or {}, deleting)
     return report
+
+
+def _project_problems(
+    sessions: dict[str, SessionRecords], projects: dict[str, ProjectRecords], deleting: set[str]
+) -> list[Violation]:
+    """Each project's row against its meta, and each chat's project (its meta's project_id) against the project
+    partitions' chat rows: a chat in exactly the one project its meta names."""
+    problems = []
+    for project_id, records in sorted(projects.items()):
+        where = f"project {project_id}"
+        problems += [Violation(None, f"{where}: unknown record {sk!r}") for sk in records.unknown]
+        if records.meta is None:
+            if records.rows:
+                problems.append(Violation(None, f"{where}: a project row but no project meta"))
+            if records.chats:
+                problems.append(Violation(None, f"{where}: {len(records.chats)} chat rows but no project meta"))
+        elif len(records.rows) != 1:
+            problems.append(Violation(None, f"{where}: has {len(records.rows)} project rows"))
+        elif keys.project_row_parts(records.rows[0]["sk"])[0] != records.meta.get("last_activity_time"):
+            problems.append(Violation(None, f"{where}: project row is not at the meta's last_activity_time"))
+        elif records.rows[0].get("name") != records.meta.get("name"):
+            problems.append(Violation(None, f"{where}: project row's name differs from the meta's"))
+        for row in records.chats:
+            session_id = keys.row_session_id(row["sk"])
+            if session_id in deleting:
+                continue  # a chat being deleted (a purge marker lists it): the deletion takes its rows
+            meta = sessions[session_id].meta if session_id in sessions else None
+            named = meta.get("project_id") if meta else None
+            if named != project_id:
+                said = (
+                    "no meta"
+                    if meta is None
+                    else (f"its meta is in project {named}" if named else "its meta is in no project")
+                )
+                problems.append(Violation(session_id, f"has a row in {where}, but {said}"))
+            elif keys.row_time(row) != meta["last_message_time"] or row.get("title") != meta.get("title"):
+                problems.append(Violation(session_id, f"its row in {where} is not at the meta's time and title"))
+    for session_id, records in sorted(sessions.items()):
+        named = records.meta.get("project_id") if records.meta else None
+        if not named:
+            continue
+        rows = [r for r in projects.get(named, ProjectRecords()).chats if keys.row_session_id(r["sk"]) == session_id]
+        if not rows:
+            problems.append(Violation(session_id, f"meta is in project {named}, which has no row of it"))
+        elif len(rows) > 1:
+            problems.append(Violation(session_id, f"has {len(rows)} rows in project {named}"))
+        if named not in projects or projects[named].meta is None:
+            problems.append(Violation(session_id, f"meta is in project {named}, which does not exist"))
+    return problems
 
 
 def _version_problems(session_id: str, turns: list[Message], version_sks: list[str]) -> list[Violation]:
@@ -227,6 +351,10 @@ def check_user(
         for session_id in list(collector.users[user_id]):
             for item in db.session_records(user_id, session_id):
                 collector.add(item)
+    named = {r.meta.get("project_id") for r in collector.users[user_id].values() if r.meta}
+    for project_id in sorted(p for p in {*collector.projects[user_id], *named} if keys.is_id(p)):
+        for item in db.project_records(user_id, project_id):  # 1 Query per project
+            collector.add(item)
     return _judge(
         user_id,
         collector.users[user_id],
@@ -234,12 +362,15 @@ def check_user(
         pending_timeout_s=pending_timeout_s,
         at=at,
         deletions=collector.deletions[user_id],
+        projects=collector.projects[user_id],
     )
 
 
-def check_all(db: Operator, *, pending_timeout_s: float = 300, at: dt.datetime | None = None) -> list[Report]:
-    """Every user's report, from one Scan of the table."""
-    collector = Collector()
+def check_all(
+    db: Operator, *, pending_timeout_s: float = 300, at: dt.datetime | None = None, trail: AuditTrail | None = None
+) -> list[Report]:
+    """Every user's report, from one Scan of the table (and the audit records it met, into `trail`)."""
+    collector = Collector(trail)
     for item in db.scan_records():
         collector.add(item)
     users = set(collector.users) | set(collector.user_unknown)
@@ -251,6 +382,19 @@ def check_all(db: Operator, *, pending_timeout_s: float = 300, at: dt.datetime |
             pending_timeout_s=pending_timeout_s,
             at=at,
             deletions=collector.deletions[u],
+            projects=collector.projects[u],
         )
         for u in sorted(users)
     ]
+
+
+def _row_state(sk: str) -> str:
+    if sk.startswith(keys.TEMPORARY_PREFIX):
+        return "temporary"
+    return "pinned" if keys.is_pinned_sk(sk) else "unpinned"
+
+
+def _meta_state(meta: Session) -> str:
+    if meta.temporary:
+        return "temporary"
+    return "pinned" if meta.pinned_at else "unpinned"

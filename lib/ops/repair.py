@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from lib.ops.invariants import Report, SessionRecords
-from lib.storage import items
+from lib.storage import items, keys
 from lib.storage.operator import Operator
 from lib.storage.records import Session
 
@@ -56,7 +56,17 @@ def _plan(db: Operator, user_id: str, session_id: str, records: SessionRecords):
     meta = Session.from_item(records.meta)
     right = items.list_item(user_id, meta)
     current = [r for r in records.rows if r["sk"] == right["sk"]["S"]]
-    if len(records.rows) != 1 or not current or current[0].get("title") != meta.title:
+    if (
+        len(records.rows) != 1
+        or not current
+        or (
+            not meta.temporary  # a temporary chat's row holds neither: its time and title live on the meta
+            and (
+                current[0].get("title") != meta.title
+                or keys.row_time(current[0]) != meta.last_message_time  # a pinned row carries the time itself
+            )
+        )
+    ):
         yield "one sidebar row at the meta's time and title", lambda: fix.one_row(user_id, meta, records.rows)
     if meta.message_count != len(records.turns):
         yield (

@@ -1,7 +1,8 @@
 """Retention and the pending sweep, for every registered user.
 
-Retention removes whole sessions whose last message is older than the cutoff (row, meta, turns and
-what hangs off them, together; lib/ops/deletion.py), so the per-session invariants hold. A chat the user
+Retention removes whole sessions whose last message is older than the cutoff (row, meta, turns, turn versions,
+running summary and vectors, together; lib/ops/deletion.py), so the per-session invariants hold, and the user's
+memories last written before the cutoff (their text came from questions). A chat the user
 sends to while retention runs is kept: its deletion commits only on a meta still older than the cutoff, and
 once that commit is made a send to it fails instead of being acknowledged and then deleted. Per-item TTL
 is not used for it: DynamoDB's TTL deletes items one by one, days late and in no order, so a session's
@@ -37,9 +38,22 @@ def retention(
     for user_id in registered_users(db):
         old = db.sessions_last_active_before(user_id, cutoff)
         deleted = delete_sessions(db, user_id, old, dry_run=dry_run, cutoff=cutoff, command="retention")
-        if deleted.sessions or deleted.kept:
+        # Memories are text taken from the user's questions: one last written before the cutoff goes too (one
+        # Query of MEM#). Preferences (the memory switch, custom instructions) are settings the user keeps current
+        # on the Memory page, not chat history: they stay.
+        stale = [m for m in db.memory_records(user_id) if _memory_time(m) < cutoff]
+        if stale:
+            deleted.items += len(stale) if dry_run else db.delete_items(stale)
+            deleted.kinds[keys.MEMORY] += len(stale)
+        if deleted.sessions or deleted.kept or stale:
             results[user_id] = deleted
     return results
+
+
+def _memory_time(memory: dict) -> str:
+    """When a memory was last written (an edit counts: the user kept it then); '' if it holds no time."""
+    times = [t for t in (memory.get("update_time"), memory.get("create_time")) if isinstance(t, str)]
+    return max(times, default="")
 
 
 @dataclass

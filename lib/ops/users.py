@@ -7,19 +7,23 @@ than the registry get it with `users --rebuild` (one Scan, once).
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from lib.errors import NoSuchUser
+from lib.errors import NoSuchUser, SessionNotFound
 from lib.export import to_json, to_markdown
+from lib.ops.audit_report import counted_already, purge_kinds, unlisted_sessions
 from lib.ops.deletion import delete_sessions
 from lib.storage import keys
 from lib.storage.operator import Operator
 from lib.storage.store import ChatStore
+from lib.storage.summaries import SummaryStore
 
 USAGE_LOOKBACK_DAYS = 800  # how far back purge-user --usage looks for the user's usage buckets
 
@@ -41,7 +45,8 @@ def registered_users(db: Operator) -> Iterator[str]:
 def summarize(db: Operator, user_id: str) -> UserSummary:
     """Sessions and last activity from the sidebar rows; turns from the metas (BatchGetItem, 100 a request)."""
     rows = db.user_partition(user_id, keys.SESSION_PREFIX)
-    times = [keys.list_row_parts(r["sk"])[0] for r in rows]
+    rows = [r for r in rows if keys.is_list_sk(r["sk"])]
+    times = [keys.row_time(r) for r in rows]
     metas = db.metas(user_id, [r["session_id"] for r in rows])
     registry = db.registry_entry(user_id)
     return UserSummary(
@@ -62,45 +67,84 @@ def rebuild_registry(db: Operator) -> int:
 
 
 def purge_user(
-    db: Operator, user_id: str, *, dry_run: bool, usage: bool = False, today: dt.date | None = None
-) -> dict[str, int]:
+    db: Operator,
+    user_id: str,
+    *,
+    dry_run: bool,
+    usage: bool = False,
+    today: dt.date | None = None,
+    deep: bool = False,
+) -> dict[str, Any]:
     """Delete every item of the user: sessions (rows first), then the rest of their partition (memories,
-    vectors), the registry entry and, with `usage`, their usage buckets. Resumable; returns counts.
+    vectors), the registry entry and, with `usage`, their usage buckets. Resumable; returns counts, and `kinds`:
+    the items by record kind (the purge report). Chats no sidebar row lists are found by their vector items and,
+    with `deep`, by a Scan of the table (lib.ops.audit_report.unlisted_sessions).
 
     NoSuchUser, before anything is deleted, for an id with none of these (a typo must not read as success)."""
-    rows = db.user_partition(user_id, keys.SESSION_PREFIX)
+    rows = db.chat_rows(user_id)  # temporary chats too: purge leaves nothing for TTL to find later
     buckets: list[dict] = []
     if usage:
         today = today or dt.datetime.now(dt.UTC).date()
         days = [(today - dt.timedelta(days=n)).isoformat() for n in range(USAGE_LOOKBACK_DAYS)]
         buckets = db.usage_bucket_keys(user_id, days)
-    if not rows and not buckets and db.registry_entry(user_id) is None and not db.user_partition(user_id):
+    listed = {r["session_id"] for r in rows if "session_id" in r}
+    unlisted = [s for s in unlisted_sessions(db, user_id, deep=deep) if s not in listed]
+    registry = db.registry_entry(user_id)
+    if not rows and not buckets and not unlisted and registry is None and not db.user_partition(user_id):
         what = "registry entry, chat, memory or usage bucket" if usage else "registry entry, chat or memory"
         raise NoSuchUser(f"no such user {user_id!r}: the table holds no {what} of that id; nothing was deleted.")
-    deleted = delete_sessions(db, user_id, [r["session_id"] for r in rows], dry_run=dry_run, show_progress=True)
+    deleted = delete_sessions(db, user_id, [*listed, *unlisted], dry_run=dry_run, show_progress=True)
+    # Share links whose chat is gone already (their shares first: a link record is how a share is found again)
+    shared = (
+        sum(1 + link.parts for link in db.shares.link_records(user_id)) if dry_run else db.shares.delete_links(user_id)
+    )
     # after a real deletion only memories, vectors and the like are left; a dry run still sees the rows
-    rest = [i for i in db.user_partition(user_id) if not (dry_run and keys.record_kind(i["sk"]) == keys.LIST_ROW)]
+    rest = [i for i in db.user_partition(user_id) if not (dry_run and counted_already(i, deleted.session_ids))]
+    # Each project's partition (its meta with the instructions, any chat row left): found by the project rows
+    projects = [i for p in _project_ids(rest) for i in db.project_records(user_id, p)]
+    rest = [*projects, *rest]  # partitions before the rows that find them: a crash in between is resumed
     counts = {
         "sessions": deleted.sessions,
         "session_items": deleted.items,
         "other_items": len(rest),
         "usage_buckets": len(buckets),
+        "share_items": shared,
+        "registry": int(registry is not None),
+        "kinds": purge_kinds(deleted.kinds, rest, registry is not None, len(buckets)),
     }
     if not dry_run:
-        db.delete_items([*rest, *buckets, keys.registry_key(user_id)])
+        # the user's own spend limit goes too (an admin's setting for a leaver: no chat text, but their id)
+        db.delete_items([*rest, *buckets, keys.registry_key(user_id), keys.limit_key("user", user_id)])
     return counts
 
 
-def export_user(store: ChatStore, db: Operator, user_id: str, out: Path) -> dict[str, int]:
-    """Every chat of the user as Markdown and JSON, and their memories, in a zip written one chat at a time."""
+def _project_ids(items: list[dict]) -> list[str]:
+    """The project ids the user's project rows name (lib/storage/projects.py)."""
+    return [keys.project_row_parts(i["sk"])[1] for i in items if keys.record_kind(i["sk"]) == keys.PROJECT_ROW]
+
+
+def export_user(
+    store: ChatStore, db: Operator, user_id: str, out: Path, *, summaries: SummaryStore | None = None
+) -> dict[str, int]:
+    """Every chat of the user as Markdown and JSON, with what was derived from it (a turn's other versions, the
+    running summary: `<chat>.derived.json`), and their memories, in a zip written one chat at a time. Chats no
+    sidebar row lists but whose meta exists (found by their vector items) are exported too."""
     sessions = turns = 0
+    listed = [r["session_id"] for r in db.chat_rows(user_id) if "session_id" in r]
+    unlisted = [s for s in unlisted_sessions(db, user_id, deep=False) if s not in set(listed)]
     with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED) as archive:
-        for row in db.user_partition(user_id, keys.SESSION_PREFIX):
-            session = store.get_session(user_id, row["session_id"])
+        for session_id in [*listed, *unlisted]:
+            try:
+                session = store.get_session(user_id, session_id)
+            except SessionNotFound:
+                continue  # a vector whose chat is gone (search drops it too)
             messages = store.all_messages(user_id, session.session_id)
             name = f"chats/{session.create_time[:10]}-{session.session_id}"
             archive.writestr(f"{name}.md", to_markdown(session, messages))
             archive.writestr(f"{name}.json", to_json(session, messages))
+            derived = _derived(store, summaries, user_id, session.session_id, messages)
+            if derived:
+                archive.writestr(f"{name}.derived.json", json.dumps(derived, ensure_ascii=False, indent=2, default=str))
             sessions, turns = sessions + 1, turns + len(messages)
         memories = db.memory_records(user_id)
         archive.writestr(
@@ -122,10 +166,42 @@ def export_user(store: ChatStore, db: Operator, user_id: str, out: Path) -> dict
                 default=str,
             ),
         )
+        projects = [  # each project's name, instructions and times (its chats say which project they are in)
+            {k: v for k, v in item.items() if k not in ("pk", "sk", "user_id")}
+            for project_id in _project_ids(db.user_partition(user_id, keys.PROJECT_PREFIX))
+            for item in db.project_exports(user_id, project_id)
+            if keys.record_kind(item["sk"]) == keys.PROJECT_META
+        ]
+        archive.writestr("projects.json", json.dumps(projects, ensure_ascii=False, indent=2, default=str))
+        links = db.shares.export(user_id)  # the share links and what each live one shares (never a token)
+        archive.writestr("shares.json", json.dumps(links, ensure_ascii=False, indent=2, default=str))
         archive.writestr(
             "README.txt",
             f"All chats of {user_id}, exported {keys.now()}: {sessions} chats, {turns} "
             "turns, as Markdown (to read) and JSON (every field), plus memories.json and preferences.json (the "
-            "memory switch and the custom instructions).\n",
+            "memory switch and the custom instructions), projects.json (your projects' names and instructions), and shares.json (your share links and what each live one "
+            "shows).\n",
         )
     return {"sessions": sessions, "turns": turns, "memories": len(memories)}
+
+
+def _derived(
+    store: ChatStore, summaries: SummaryStore | None, user_id: str, session_id: str, messages: list
+) -> dict[str, object]:
+    """What was made from a chat besides its turns: every kept version of a regenerated or edited turn (1 Query
+    each) and the running summary (1 GetItem). Vectors are numbers computed from the turns: not exported."""
+    versions = []
+    for message in messages:
+        if message.versions > 1:
+            for version in store.versions.versions(user_id, message):
+                data = dataclasses.asdict(version)
+                data.pop("size", None)
+                data["kept"] = sorted(version.kept)
+                versions.append(data)
+    summary = summaries.get(user_id, session_id, action="export") if summaries is not None else None
+    out: dict[str, object] = {}
+    if versions:
+        out["turn_versions"] = versions
+    if summary is not None:
+        out["running_summary"] = dataclasses.asdict(summary)
+    return out

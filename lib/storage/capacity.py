@@ -42,6 +42,7 @@ ACTIONS = (
     "regenerate",
     "version",
     "rename",
+    "pin",
     "feedback",
     "title",
     "export",
@@ -53,6 +54,11 @@ ACTIONS = (
     "recall",
     "index",
     "search",
+    "audit",  # the admin audit trail (lib/storage/audit.py): its writes and the audit page's reads
+    "share",  # a share link made, updated, revoked or listed by its owner (lib/storage/shares.py)
+    "shared",  # a shared chat opened (and its view counted) or copied by a colleague
+    "limits",  # spend limits: today's usage bucket read before a turn, the limits records (docs/limits.md)
+    "project",  # projects (docs/projects.md): made, listed, opened, edited, a chat moved, the list row moved forward
 )
 
 
@@ -237,6 +243,7 @@ class Usage:
     at: str  # key-format UTC time (lib.storage.keys.now)
     user: str | None = None  # whose action caused the call; None for operator commands
     vector_bytes: float = 0.0  # VectorSearchRequestBytes or VectorWriteRequestBytes (reported, else modeled)
+    object_bytes: float = 0.0  # kind "object": the bytes an object store request wrote or read
 
     @property
     def units(self) -> float:
@@ -289,6 +296,19 @@ class Meter:
             yield
         finally:
             self._prior.reset(token)
+
+    def count_object_request(self, operation: str, size: int = 0, *, ok: bool = True) -> None:
+        """One object store request (lib/storage/objects.py: PutObject, GetObject, DeleteObject, ListObjectsV2),
+        kind "object", under the current action; counted by the store itself, since the embedded folder store
+        makes no botocore call: the same request counts the same on S3 and on a laptop."""
+        action, user = self._action.get()
+        self._add(Usage(operation, action, "object", None, 1.0, "model", ok, keys.now(), user, object_bytes=size))
+
+    def _add(self, usage: Usage) -> None:
+        with self._lock:
+            self._recent.append(usage)
+        for listener in self._listeners:
+            listener(usage)
 
     def subscribe(self, listener: Callable[[Usage], None]) -> None:
         self._listeners.append(listener)

@@ -98,17 +98,44 @@ def meta_item(user_id: str, session: Session) -> dict:
             "last_message_time": session.last_message_time,
             "message_count": session.message_count,
             "model": session.model,
+            "pinned_at": session.pinned_at,
+            "expire_at": session.expire_at,
+            "project_id": session.project_id,
+        }
+    )
+
+
+def project_chat_item(user_id: str, session: Session) -> dict:
+    """The chat's row in its project's partition (it must be in one): sorted by its last message time, with a copy
+    of its title, so one Query lists a project's chats newest first."""
+    return to_item(
+        {
+            **keys.project_chat_key(user_id, session.project_id, session.last_message_time, session.session_id),
+            "session_id": session.session_id,
+            "title": session.title,
         }
     )
 
 
 def list_item(user_id: str, session: Session) -> dict:
-    """The session's sidebar row as stored."""
+    """The session's sidebar row as stored (a temporary chat's TMP# row instead). A pinned chat's row sorts by its pin time, so it carries the
+    last_message_time its key does not hold (an unpinned row's key holds it)."""
+    pinned = session.pinned_at is not None
+    if session.temporary:  # not in the sidebar: the row purge and check find it by, gone with the chat
+        return to_item(
+            {
+                **keys.temporary_key(user_id, session.session_id),
+                "session_id": session.session_id,
+                "create_time": session.create_time,
+                "expire_at": session.expire_at,
+            }
+        )
     return to_item(
         {
-            **keys.list_key(user_id, session.last_message_time, session.session_id),
+            **keys.list_key(user_id, session.last_message_time, session.session_id, session.pinned_at),
             "session_id": session.session_id,
             "title": session.title,
+            **({"last_message_time": session.last_message_time, "pinned_at": session.pinned_at} if pinned else {}),
         }
     )
 

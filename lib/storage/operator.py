@@ -17,17 +17,21 @@ from lib.storage.capacity import Meter
 from lib.storage.gateway import Gateway, from_item, on_condition_failed, to_item
 from lib.storage.records import INTERRUPTED, Message
 from lib.storage.repairs import Repairs
+from lib.storage.shares import ShareStore
 from lib.storage.store import ChatStore
 
 # What the invariant checker reads of each item: everything but the bodies (Scan and Query bill whole items
 # anyway; this keeps chat text out of the operator's memory and terminal).
 CHECK_PROJECTION = (
     "pk, sk, session_id, user_id, title, create_time, last_message_time, message_count, message_id, "
-    "#status, attempt_time, system_prompt_id, session_ids, source_command, version, versions, kept"
+    "#status, attempt_time, system_prompt_id, session_ids, source_command, version, versions, kept, pinned_at, "
+    "expire_at, "  # an audit record's TTL: `check --all` reports one without it (lib/ops/invariants.py AuditTrail)
+    "project_id, #name, last_activity_time"  # projects (docs/projects.md): a chat's, and a project's meta and row
 )
-_CHECK_NAMES = {"#status": "status"}
-# What a partition listing reads: keys, the session a sidebar row names, the sessions a purge marker lists.
-_LISTING, _LISTING_NAMES = "pk, sk, session_id, #ids", {"#ids": "session_ids"}
+_CHECK_NAMES = {"#status": "status", "#name": "name"}
+# What a partition listing reads: keys, the session a sidebar row names (and a pinned row's last message time, which
+# its key does not hold), the sessions a purge marker lists.
+_LISTING, _LISTING_NAMES = "pk, sk, session_id, last_message_time, #ids", {"#ids": "session_ids"}
 
 
 # What commit_deletion found: the chat's meta and sidebar rows went in one transaction; the meta was already gone
@@ -63,6 +67,11 @@ class Operator:
         """The repair writes (lib/storage/repairs.py), through the same gateway."""
         return Repairs(self._db)
 
+    @property
+    def shares(self) -> ShareStore:
+        """The share links (lib/storage/shares.py), through the same gateway: deleted with their chats."""
+        return ShareStore(self._db)
+
     def action(self, name: str, user_id: str | None = None):
         """Label the requests inside for the meter (lib.storage.capacity.ACTIONS)."""
         return self._db.action(name, user_id)
@@ -93,13 +102,13 @@ class Operator:
         users: dict[str, str] = {}
         for page in self._db.scan_pages(
             FilterExpression="begins_with(sk, :p)",
-            ProjectionExpression="pk, sk",
+            ProjectionExpression="pk, sk, last_message_time",  # a pinned row's time is not in its key
             ExpressionAttributeValues=to_item({":p": keys.SESSION_PREFIX}),
         ):
             for item in map(from_item, page):
                 owner = keys.parse_pk(item["pk"])
                 if owner and owner[1] is None and keys.record_kind(item["sk"]) == keys.LIST_ROW:
-                    first = keys.list_row_parts(item["sk"])[0]
+                    first = keys.row_time(item)
                     users[owner[0]] = min(first, users.get(owner[0], first))
         return users
 
@@ -117,6 +126,11 @@ class Operator:
         return [from_item(m) for m in self._db.batch_get([keys.meta_key(user_id, s) for s in session_ids])]
 
     # --- partitions --------------------------------------------------------------------------------------------
+
+    def chat_rows(self, user_id: str) -> list[dict[str, Any]]:
+        """Every chat's row in the user's partition: the sidebar rows (pinned or not) and the temporary chats'
+        TMP# rows (2 Queries): what purge, export and deletion list a user's chats by."""
+        return self.user_partition(user_id, keys.SESSION_PREFIX) + self.user_partition(user_id, keys.TEMPORARY_PREFIX)
 
     def user_partition(self, user_id: str, prefix: str = "") -> list[dict[str, Any]]:
         """Items of the user's own partition (keys, session_id, session_ids), optionally by sort-key prefix."""
@@ -156,6 +170,20 @@ class Operator:
             ConsistentRead=True, ProjectionExpression=CHECK_PROJECTION, ExpressionAttributeNames=names, **params
         ):
             yield from (from_item(i) for i in page)
+
+    def project_records(self, user_id: str, project_id: str) -> list[dict[str, Any]]:
+        """Every item of one project partition (its meta and its chats' rows), without instructions (the checker
+        and purge read it; CHECK_PROJECTION)."""
+        return [
+            from_item(i)
+            for i in partitions.project_items(
+                self._db, user_id, project_id, projection=CHECK_PROJECTION, names=_CHECK_NAMES
+            )
+        ]
+
+    def project_exports(self, user_id: str, project_id: str) -> list[dict[str, Any]]:
+        """Every item of one project partition, whole (export-user: the name and instructions)."""
+        return [from_item(i) for i in partitions.project_items(self._db, user_id, project_id)]
 
     def memory_records(self, user_id: str) -> list[dict[str, Any]]:
         """The user's memory items, whole (export)."""
@@ -207,23 +235,28 @@ class Operator:
                 "get_item",
                 Key=to_item(keys.meta_key(user_id, session_id)),
                 ConsistentRead=True,
-                ProjectionExpression="last_message_time",
+                ProjectionExpression="last_message_time, pinned_at, project_id",
             ).get("Item")
             if item is None:  # no send can commit without a meta, so no row can appear any more
                 self.delete_items(listed)
                 return GONE
-            seen = from_item(item)["last_message_time"]
+            meta = from_item(item)
+            seen = meta["last_message_time"]
             if cutoff is not None and seen >= cutoff:
                 return KEPT
-            current = keys.list_key(user_id, seen, session_id)
+            current = keys.list_key(user_id, seen, session_id, meta.get("pinned_at"))
             doomed = [current, *(k for k in listed if k != current)]
+            if keys.is_id(meta.get("project_id")):  # the chat's row in its project's list goes with it
+                doomed.insert(1, keys.project_chat_key(user_id, meta["project_id"], seen, session_id))
             actions = [
                 {
-                    "Delete": {  # the meta, only as we just read it: a send meanwhile cancels the deletion
+                    "Delete": {  # the meta, only as we just read it: a send (or a pin, which moves the sidebar row)
+                        # meanwhile cancels the deletion, which then reads again
                         "TableName": self._db.table,
                         "Key": to_item(keys.meta_key(user_id, session_id)),
-                        "ConditionExpression": "last_message_time = :seen",
-                        "ExpressionAttributeValues": to_item({":seen": seen}),
+                        "ConditionExpression": "last_message_time = :seen AND "
+                        + ("pinned_at = :pin" if meta.get("pinned_at") else "attribute_not_exists(pinned_at)"),
+                        "ExpressionAttributeValues": to_item({":seen": seen, ":pin": meta.get("pinned_at")}),
                     }
                 },
                 *({"Delete": {"TableName": self._db.table, "Key": to_item(k)}} for k in doomed[: _TRANSACTION_MAX - 1]),
@@ -252,7 +285,9 @@ class Operator:
     # --- retention and the pending sweep -----------------------------------------------------------------------
 
     def sessions_last_active_before(self, user_id: str, cutoff: str) -> list[str]:
-        """Ids of the user's sessions last active before `cutoff`: sidebar rows sort by time, so one key range."""
+        """Ids of the user's sessions last active before `cutoff`. Unpinned rows sort by time, so one key range;
+        pinned rows sort by pin time (above every time: 'P' > '9'), so a second Query reads them and keeps those
+        whose last_message_time is older: pinning a chat never exempts it from retention."""
         items = self._db.query_all(
             KeyConditionExpression="pk = :pk AND sk BETWEEN :low AND :high",
             ConsistentRead=True,
@@ -261,12 +296,15 @@ class Operator:
                 {":pk": keys.user_pk(user_id), ":low": keys.SESSION_PREFIX, ":high": keys.list_row_bound(cutoff)}
             ),
         )
-        return [from_item(i)["session_id"] for i in items]
+        pinned = self.user_partition(user_id, keys.PINNED_PREFIX)
+        return [from_item(i)["session_id"] for i in items] + [
+            r["session_id"] for r in pinned if keys.row_time(r) < cutoff
+        ]
 
     def sessions_active_since(self, user_id: str, since: str) -> list[str]:
-        """Ids of the user's sessions last active at or after `since`, from the sidebar rows."""
-        bound = keys.list_row_bound(since)
-        return [r["session_id"] for r in self.user_partition(user_id, keys.SESSION_PREFIX) if r["sk"] >= bound]
+        """Ids of the user's sessions last active at or after `since`, from the sidebar rows (pinned or not)."""
+        rows = self.user_partition(user_id, keys.SESSION_PREFIX)
+        return [r["session_id"] for r in rows if keys.is_list_sk(r["sk"]) and keys.row_time(r) >= since]
 
     def pending_turns(self, user_id: str, session_id: str) -> list[Message]:
         """The session's turns still pending (ids and times only: no bodies are read into memory)."""

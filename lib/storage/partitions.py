@@ -56,6 +56,18 @@ def user_items(
     return _partition(db, keys.user_pk(user_id), prefix, projection, names, consistent, None)
 
 
+def project_items(
+    db: Gateway,
+    user_id: str,
+    project_id: str,
+    *,
+    projection: str | None = None,
+    names: dict[str, str] | None = None,
+) -> list[dict]:
+    """The items of one project partition (its meta and its chats' rows: docs/projects.md), wire format."""
+    return _partition(db, keys.project_pk(user_id, project_id), "", projection, names, True, None)
+
+
 def _partition(
     db: Gateway,
     pk: str,

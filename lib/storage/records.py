@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lib.storage import keys, seen
+from lib.storage.objects import BodyRef
 
 PENDING, DONE, FAILED = "pending", "done", "failed"
 # Why a turn never got its answer when the process writing it stopped: what the chat page shows under a stale
@@ -25,6 +26,19 @@ class Session:
     last_message_time: str
     message_count: int
     model: str | None = None  # the model id the chat's last question was sent to (lib/model/catalog.py)
+    pinned_at: str | None = None  # when the chat was pinned (key time); its sidebar row is then the pinned one
+    # A temporary chat: no sidebar row (its TMP# row instead), no search vectors, no memories; its items carry
+    # `expire_at` (epoch seconds) and it reads as gone once that has passed, before TTL deletes it.
+    expire_at: int | None = None
+    project_id: str | None = None  # the project the chat is in (its row in the project's partition: docs/projects.md)
+
+    @property
+    def temporary(self) -> bool:
+        return self.expire_at is not None
+
+    def expired(self) -> bool:
+        """A temporary chat past its `expire_at` (by the key clock): it reads as gone though TTL has not run yet."""
+        return self.expire_at is not None and self.expire_at <= keys.now_epoch()
 
     @classmethod
     def from_item(cls, item: dict[str, Any]) -> Session:
@@ -36,6 +50,9 @@ class Session:
             last_message_time=item["last_message_time"],
             message_count=int(item["message_count"]),
             model=item.get("model"),
+            pinned_at=item.get("pinned_at"),
+            expire_at=int(item["expire_at"]) if "expire_at" in item else None,
+            project_id=item.get("project_id"),
         )
 
 
@@ -46,14 +63,15 @@ class SessionSummary:
     session_id: str
     title: str
     last_message_time: str
+    pinned: bool = False
 
     @classmethod
     def from_item(cls, item: dict[str, Any]) -> SessionSummary:
-        return cls(item["session_id"], item["title"], keys.list_row_time(item["sk"]))
+        return cls(item["session_id"], item["title"], keys.row_time(item), keys.is_pinned_sk(item["sk"]))
 
     @classmethod
     def of(cls, session: Session) -> SessionSummary:
-        return cls(session.session_id, session.title, session.last_message_time)
+        return cls(session.session_id, session.title, session.last_message_time, session.pinned_at is not None)
 
 
 @dataclass(frozen=True)
@@ -82,6 +100,11 @@ class Message:
     version: int = 1  # the selected version (lib/storage/versions.py): the one this item holds
     versions: int = 1  # how many versions the turn has (Regenerate and Edit add one each)
     kept: frozenset[int] = frozenset()  # versions that have their version record
+    # Long bodies (lib/storage/bodies.py): the object holding the whole question / answer; the body fields then
+    # hold its first 4 KB until the store reads the whole (ChatStore.bodies.text); None: the body is inline.
+    input_ref: BodyRef | None = None
+    output_ref: BodyRef | None = None
+    expire_at: int | None = None  # a temporary chat's turn: when TTL deletes it (its version records copy it)
 
     @classmethod
     def from_item(cls, item: dict[str, Any], size: int = 0) -> Message:
@@ -111,7 +134,15 @@ class Message:
             version=number("version") or 1,
             versions=number("versions") or 1,
             kept=frozenset(int(v) for v in item.get("kept", ())),
+            input_ref=BodyRef.from_record(item["input_object"]) if "input_object" in item else None,
+            output_ref=BodyRef.from_record(item["output_object"]) if "output_object" in item else None,
+            expire_at=number("expire_at") or None,
         )
+
+    def partial(self, part: str) -> bool:
+        """True if the question ("input") or answer ("output") held here is only the beginning of a longer body."""
+        ref, body = (self.input_ref, self.input_body) if part == "input" else (self.output_ref, self.output_body)
+        return ref is not None and len(body.encode("utf-8")) < ref.size
 
     def is_stale(self, timeout_s: float, at: _dt.datetime | None = None) -> bool:
         """A pending turn whose last attempt is older than the timeout: the process answering it is gone."""
@@ -235,3 +266,51 @@ class SessionView:
     messages: list[Message]
     cursor: str | None
     summary: Summary | None = None  # the running summary, read by the same Query as the meta (first page only)
+
+
+@dataclass(frozen=True)
+class Project:
+    """A project's meta (lib/storage/projects.py): `last_activity_time` is the :old of the next move of its row."""
+
+    project_id: str
+    name: str
+    instructions: str
+    create_time: str
+    last_activity_time: str
+
+    @classmethod
+    def from_item(cls, item: dict[str, Any]) -> Project:
+        return cls(
+            project_id=item["project_id"],
+            name=str(item.get("name", "")),
+            instructions=str(item.get("instructions", "")),
+            create_time=item["create_time"],
+            last_activity_time=item["last_activity_time"],
+        )
+
+    def block(self) -> str:
+        """The text the system prompt gets for a chat in this project (empty when it has no instructions)."""
+        if not self.instructions.strip():
+            return ""
+        return (
+            f"This chat is in the user's project \"{self.name}\". The project's instructions, for every chat in it "
+            f"(follow them unless the user asks otherwise):\n{self.instructions.strip()}"
+        )
+
+
+@dataclass(frozen=True)
+class ProjectSummary:
+    """A row of the project list: the list needs no second read (it carries the name)."""
+
+    project_id: str
+    name: str
+    last_activity_time: str
+
+    @classmethod
+    def from_item(cls, item: dict[str, Any]) -> ProjectSummary:
+        time, project_id = keys.project_row_parts(item["sk"])
+        return cls(project_id, str(item.get("name", "")), time)
+
+    @classmethod
+    def of(cls, project: Project) -> ProjectSummary:
+        return cls(project.project_id, project.name, project.last_activity_time)

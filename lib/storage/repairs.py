@@ -49,11 +49,14 @@ class Repairs:
         right = items.list_item(user_id, meta)
         actions: list[dict] = [
             {
-                "ConditionCheck": {  # the meta is still where the check saw it
+                "ConditionCheck": {  # the meta is still where the check saw it, pinned (or not) as it saw it
                     "TableName": self._db.table,
                     "Key": to_item(keys.meta_key(user_id, meta.session_id)),
-                    "ConditionExpression": "last_message_time = :t AND title = :title",
-                    "ExpressionAttributeValues": to_item({":t": meta.last_message_time, ":title": meta.title}),
+                    "ConditionExpression": "last_message_time = :t AND title = :title AND "
+                    + ("pinned_at = :pin" if meta.pinned_at else "attribute_not_exists(pinned_at)"),
+                    "ExpressionAttributeValues": to_item(
+                        {":t": meta.last_message_time, ":title": meta.title, ":pin": meta.pinned_at}
+                    ),
                 }
             }
         ]

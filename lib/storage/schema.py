@@ -60,6 +60,18 @@ def create_table(
         client.get_waiter("table_exists").wait(TableName=table_name, WaiterConfig={"Delay": 1, "MaxAttempts": 60})
 
 
+def ensure_ttl(client: Any, table_name: str) -> bool:
+    """Turn on TTL on `expire_at` if it is off (1 DescribeTimeToLive, and 1 UpdateTimeToLive the first time);
+    True if it had to. The embedded database keeps the rule itself (lib/embedded/server.py LocalDynamo)."""
+    described = client.describe_time_to_live(TableName=table_name).get("TimeToLiveDescription", {})
+    if described.get("TimeToLiveStatus") == "ENABLED" and described.get("AttributeName") == TTL_ATTRIBUTE:
+        return False
+    client.update_time_to_live(
+        TableName=table_name, TimeToLiveSpecification={"Enabled": True, "AttributeName": TTL_ATTRIBUTE}
+    )
+    return True
+
+
 def create_aws_table(client: Any, table_name: str, *, vector_dimensions: int | None = DEFAULT_DIMENSIONS) -> None:
     """Create the table for AWS: as `create_table` (waited on), then the TTL attribute, point-in-time recovery and
     deletion protection (which the embedded server does not need)."""

@@ -4,6 +4,7 @@ Request budget per action (an extra request is a defect):
     list_sessions    1 Query      open_session   1 Query (summary + meta + 20 turns)
     create_session   1 TransactWriteItems (3 Puts)
     send_message     1 TransactWriteItems (4 actions); on a lost race +1 GetItem and a retry
+    (a chat in a project: +2 actions in create and send, +1 in rename: lib/storage/projects.py)
     finish/fail      1 UpdateItem             rename_session  1 TransactWriteItems (2 Updates)
 """
 
@@ -25,11 +26,15 @@ from lib.errors import (
     MessageNotPending,
     MessageTooLarge,
     OutcomeUnknown,
+    ProjectNotFound,
     SessionChanged,
     SessionNotFound,
     StoreUnavailable,
+    TemporaryChat,
 )
 from lib.storage import items, keys, partitions, seen
+from lib.storage import projects as project_rows
+from lib.storage.bodies import DEFAULT_MAX_QUESTION_BYTES, POINTERS, Bodies
 from lib.storage.capacity import Meter
 from lib.storage.cursor import CursorCodec
 from lib.storage.gateway import (
@@ -48,6 +53,8 @@ from lib.storage.items import (
     default_title,
 )
 from lib.storage.itemsize import item_size
+from lib.storage.objects import ObjectStore
+from lib.storage.projects import ProjectStore
 from lib.storage.records import (
     DONE,
     FAILED,
@@ -81,12 +88,22 @@ class ChatStore:
     """Sessions and turns of every user on one DynamoDB table; handed its client."""
 
     def __init__(
-        self, client: Any, table_name: str, meter: Meter | None = None, *, cursor_secret: bytes | str | None = None
+        self,
+        client: Any,
+        table_name: str,
+        meter: Meter | None = None,
+        *,
+        cursor_secret: bytes | str | None = None,
+        objects: ObjectStore | None = None,
+        max_question_bytes: int = DEFAULT_MAX_QUESTION_BYTES,
     ):
         self._db = Gateway(client, table_name, meter)
         self._table = table_name
         self._cursors = CursorCodec(cursor_secret)
         self.versions = VersionStore(self._db)  # a turn's kept answers: Regenerate, Edit, switching versions
+        # Long bodies in the object store, written before the DynamoDB write that points at them (docs/objects.md)
+        self.bodies = Bodies(self._db, objects, max_question_bytes)
+        self.projects = ProjectStore(self._db, self._cursors)  # projects and a chat's place in one (docs/projects.md)
 
     def _call(self, operation: str, **params: Any) -> dict:
         return self._db.call(operation, **params)
@@ -101,19 +118,51 @@ class ChatStore:
         system_prompt_id: str,
         title: str | None = None,
         model: str | None = None,
+        temporary_hours: float | None = None,
+        project_id: str | None = None,
     ) -> tuple[Session, Message]:
         """Commit a new session and its pending first question in one transaction: 3 Puts and the user registry.
 
         The registry Update (pk USERS) is how operators list users without a Scan; it rides in the
-        same request, so a new chat stays one request (8 WRU instead of the design's 6).
+        same request, so a new chat stays one request (8 WRU instead of the design's 6). `temporary_hours`: a
+        temporary chat, whose meta, row and turns expire that long after now (its row is TMP#, not a sidebar row).
+        `project_id`: a chat started in that project (+ a ConditionCheck of the project and a Put of its row there;
+        ProjectNotFound for a malformed, unknown or foreign id; TemporaryChat with `temporary_hours`).
         """
+        if project_id is not None:
+            project_rows.checked_id(project_id)
+            if temporary_hours is not None:
+                raise TemporaryChat("A temporary chat is not kept, so it cannot be started in a project.")
         session_id, at = keys.new_id(), keys.now()
-        message_item, message = items.pending_message(
-            user_id, session_id, input_body, system_prompt_id, at, keys.new_id()
+        message_item, message = self.bodies.pending_message(
+            user_id, session_id, input_body, system_prompt_id, at, keys.new_id(), action="create"
         )
         title = items.valid_title(title or default_title(input_body))
-        session = Session(session_id, user_id, title, at, at, 1, model=model)
-        with self._db.action("create", user_id), self._outcome_checked(user_id, message, committed_index=2):
+        expire_at = keys.expire_epoch(at, temporary_hours) if temporary_hours is not None else None
+        session = Session(
+            session_id, user_id, title, at, at, 1, model=model, expire_at=expire_at, project_id=project_id
+        )
+        message_item, message = _expiring(message_item, message, expire_at)
+        if project_id is None:
+            self._create_transaction(user_id, session, message_item, message, at)
+            return session, message
+        for _attempt in range(MAX_RACE_RETRIES + 1):
+            # Action 4 is the project's ConditionCheck: failed, the project is not this user's; in a conflict (an
+            # edit or a move of the project at that moment) nothing was written, so the same items are sent again.
+            with on_condition_failed(actions=(4,)) as refused:
+                self._create_transaction(user_id, session, message_item, message, at)
+            if not refused:
+                return session, message
+            if cancellation_codes(refused.exc)[4:5] == ["ConditionalCheckFailed"]:
+                raise ProjectNotFound("No such project (it may have been deleted); the chat was not started.")
+        raise SessionChanged("This project kept changing in another tab; your question was not sent. Send it again.")
+
+    def _create_transaction(self, user_id: str, session: Session, message_item: dict, message: Message, at: str):
+        with (
+            self._duplicate_refused(),
+            self._db.action("create", user_id),
+            self._outcome_checked(user_id, message, committed_index=2),
+        ):
             self._call(
                 "transact_write_items",
                 TransactItems=[
@@ -141,9 +190,23 @@ class ChatStore:
                             "ExpressionAttributeValues": to_item({":u": user_id, ":at": at}),
                         }
                     },
+                    *project_rows.chat_created(self._table, user_id, session),
                 ],
             )
-        return session, message
+
+    @staticmethod
+    @contextlib.contextmanager
+    def _duplicate_refused() -> Iterator[None]:
+        """A create refused by the meta's own condition (action 0, and only that: a conflict is another matter)
+        means a chat of this id exists: a named copy (Continue in my own chat) made by two tabs at once."""
+        try:
+            yield
+        except ClientError as exc:
+            if error_code(exc) == "TransactionCanceledException" and cancellation_codes(exc)[:1] == [
+                "ConditionalCheckFailed"
+            ]:
+                raise SessionChanged("This chat was just created in another tab; open it from your chats.") from exc
+            raise
 
     def send_message(
         self, user_id: str, session: Session, input_body: str, *, system_prompt_id: str, model: str | None = None
@@ -154,17 +217,25 @@ class ChatStore:
         no read precedes the write. Raises SessionChanged if other tabs keep winning. `model`: the model id the
         question goes to, kept on the meta in the same Update (the chat's choice for its next question).
         """
+        _not_expired(session)  # before any request: an expired chat's question is not even uploaded
         message_id = keys.new_id()
-        message_item, message = items.pending_message(
-            user_id, session.session_id, input_body, system_prompt_id, session.last_message_time, message_id
+        message_item, message = self.bodies.pending_message(
+            user_id,
+            session.session_id,
+            input_body,
+            system_prompt_id,
+            session.last_message_time,
+            message_id,
+            action="send",
         )
+        message_item, message = _expiring(message_item, message, session.expire_at)
         for attempt in range(MAX_RACE_RETRIES + 1):
             at = keys.later_than(session.last_message_time)
             message_item["create_time"] = {"S": at}
             # Action 1 (meta) or 2 (old list item) failing means another tab sent first: our :old is stale. A
             # TransactionConflict anywhere is the same race caught mid-flight. Anything else is not ours to retry.
             with (
-                on_condition_failed(actions=(1, 2)) as lost_race,
+                on_condition_failed(actions=(1, 2, 3, 4)) as lost_race,  # 3, 4: a pinned or project chat's rows
                 self._db.action("send", user_id, prior=self._session_sizes(user_id, session)),
                 self._outcome_checked(user_id, message, committed_index=0),
             ):
@@ -236,13 +307,14 @@ class ChatStore:
     def _session_sizes(self, user_id: str, session: Session) -> dict[tuple[str, str], int]:
         """Sizes of the meta and sidebar row a send or rename replaces (the store wrote them, so it knows them)."""
         meta = items.meta_item(user_id, session)
-        return items.sizes(meta, items.list_item(user_id, session))
+        return items.sizes(meta, items.list_item(user_id, session)) | project_rows.project_sizes(user_id, session)
 
     def _send_transaction(
         self, user_id: str, session: Session, message_item: dict, at: str, model: str | None = None
     ) -> None:
         old = session.last_message_time
         chosen = ", model = :model" if model is not None else ""
+        project, in_project = project_rows.meta_condition(session)
         self._call(
             "transact_write_items",
             TransactItems=[
@@ -256,32 +328,58 @@ class ChatStore:
                 {
                     "Update": {  # 2. move the meta forward only from the time we read: two tabs cannot both win;
                         # and only under the title we read: action 4 writes the sidebar row with it, so a tab
-                        # that missed a rename must re-read the meta rather than put the old title back
+                        # that missed a rename must re-read the meta rather than put the old title back; and in the
+                        # project we read, whose row of the chat moves below (a tab that missed a move re-reads)
                         "TableName": self._table,
                         "Key": to_item(keys.meta_key(user_id, session.session_id)),
                         "UpdateExpression": f"SET last_message_time = :new{chosen} ADD message_count :one",
-                        "ConditionExpression": "last_message_time = :old AND #title = :title",
+                        "ConditionExpression": f"last_message_time = :old AND #title = :title AND {project}",
                         "ExpressionAttributeNames": {"#title": "title"},
                         "ExpressionAttributeValues": to_item(
-                            {":new": at, ":old": old, ":one": 1, ":title": session.title, ":model": model}
+                            {":new": at, ":old": old, ":one": 1, ":title": session.title, ":model": model, **in_project}
                         ),
                     }
                 },
-                {
-                    "Delete": {  # 3. the old sidebar row must exist, or we would leave a second row behind
-                        "TableName": self._table,
-                        "Key": to_item(keys.list_key(user_id, old, session.session_id)),
-                        "ConditionExpression": "attribute_exists(pk)",
-                    }
-                },
-                {
-                    "Put": {  # 4. the new sidebar row, at the top
-                        "TableName": self._table,
-                        "Item": items.list_item(user_id, replace(session, last_message_time=at)),
-                    }
-                },
+                *self._row_moves(user_id, session, at),
+                *project_rows.chat_row_moves(self._table, user_id, session, at),  # the project's list of its chats
             ],
         )
+
+    def _row_moves(self, user_id: str, session: Session, at: str) -> list[dict]:
+        """The send's sidebar actions (3 and 4). An unpinned row's key holds the time, so it moves: Delete the old
+        row, Put the new one at the top. A pinned row's key holds the pin time, so it stays where it is and only
+        its last_message_time changes (one Update: a Delete and a Put of the same key may not share a transaction).
+        Either way the row we name must exist: a tab that missed a pin or an unpin fails here and re-reads."""
+        if session.temporary:
+            return []  # its TMP# row names no time: nothing in the user's partition moves
+        old_key = items.list_item(user_id, session)
+        if session.pinned_at is not None:
+            return [
+                {
+                    "Update": {  # 3. the pinned row keeps its place; the condition: it is still pinned as we read
+                        "TableName": self._table,
+                        "Key": {"pk": old_key["pk"], "sk": old_key["sk"]},
+                        "UpdateExpression": "SET last_message_time = :new",
+                        "ConditionExpression": "attribute_exists(pk)",
+                        "ExpressionAttributeValues": to_item({":new": at}),
+                    }
+                }
+            ]
+        return [
+            {
+                "Delete": {  # 3. the old sidebar row must exist, or we would leave a second row behind
+                    "TableName": self._table,
+                    "Key": {"pk": old_key["pk"], "sk": old_key["sk"]},
+                    "ConditionExpression": "attribute_exists(pk)",
+                }
+            },
+            {
+                "Put": {  # 4. the new sidebar row, at the top
+                    "TableName": self._table,
+                    "Item": items.list_item(user_id, replace(session, last_message_time=at)),
+                }
+            },
+        ]
 
     def finish_message(
         self,
@@ -363,12 +461,13 @@ class ChatStore:
         if fields.get("context") is not None:  # the bounded string form (lib/storage/seen.py)
             fields["context"] = seen.encode(seen.compact(fields["context"])) or None
         fields = {k: storable_text(v) if isinstance(v, str) else v for k, v in fields.items() if v is not None}
-        output_body, truncated = items.fit_answer(user_id, message, storable_text(output_body), fields)
-        values = {"output_body": output_body, "output_truncated": truncated, **fields}
+        # A long answer goes to the object store first (1 PutObject), then this UpdateItem points at it.
+        values, dropped = self.bodies.answer_values(user_id, message, storable_text(output_body), fields)
         # Every attribute goes through a #placeholder: status and error are reserved words.
         sets = ", ".join(f"#{name} = :{name}" for name in values)
-        removes = "" if "error" in values else " REMOVE #error"
-        names = {f"#{name}": name for name in (*values, "status", "error")}
+        dropped = [f"#{name}" for name in ([] if "error" in values else ["error"]) + dropped]
+        removes = f" REMOVE {', '.join(dropped)}" if dropped else ""
+        names = {f"#{name}": name for name in (*values, "status", "error", POINTERS["output"])}
         # Only a pending turn can be completed: a second finisher (the other
         # tab, a late retry) fails instead of overwriting the answer, and a
         # key that does not exist (a foreign or made-up id) is never created.
@@ -409,7 +508,7 @@ class ChatStore:
                 user_id,
                 message,
                 UpdateExpression="SET #status = :pending, attempt_time = :now REMOVE output_body, #error, "
-                "response_start_time, response_end_time, output_truncated, tokens_estimated",
+                "response_start_time, response_end_time, output_truncated, tokens_estimated, output_object",
                 # A done turn is never reopened; a pending one only when the caller saw it stale; and only the
                 # attempt the caller saw, so one Retry wins.
                 ConditionExpression=f"#status IN (:failed, :pending) AND {seen[0]}",
@@ -479,6 +578,7 @@ class ChatStore:
         """
         title = items.valid_title(title)
         for attempt in range(MAX_RACE_RETRIES + 1):
+            project, in_project = project_rows.meta_condition(session)
             # Only a failed condition (the meta moved on, the row we name is gone) or a conflict is another tab's
             # race, worth a re-read and a retry.
             with (
@@ -493,21 +593,14 @@ class ChatStore:
                                 "TableName": self._table,
                                 "Key": to_item(keys.meta_key(user_id, session.session_id)),
                                 "UpdateExpression": "SET title = :title",
-                                "ConditionExpression": "last_message_time = :old",
+                                "ConditionExpression": f"last_message_time = :old AND {project}",
                                 "ExpressionAttributeValues": to_item(
-                                    {":title": title, ":old": session.last_message_time}
+                                    {":title": title, ":old": session.last_message_time, **in_project}
                                 ),
                             }
                         },
-                        {
-                            "Update": {  # the list item; must exist, or the update would create a phantom row
-                                "TableName": self._table,
-                                "Key": to_item(keys.list_key(user_id, session.last_message_time, session.session_id)),
-                                "UpdateExpression": "SET title = :title",
-                                "ConditionExpression": "attribute_exists(pk)",
-                                "ExpressionAttributeValues": to_item({":title": title}),
-                            }
-                        },
+                        *self._row_title(user_id, session, title),
+                        *project_rows.chat_row_title(self._table, user_id, session, title),
                     ],
                 )
             if not lost_race:
@@ -520,6 +613,81 @@ class ChatStore:
                 session = self.get_session(user_id, session.session_id)
         raise AssertionError("unreachable")
 
+    def set_pinned(self, user_id: str, session: Session, pinned: bool) -> Session:
+        """Pin a chat (its sidebar row moves above every unpinned one, after the chats pinned before it) or unpin it
+        (the row goes back to its place by last message time), in one transaction of 3 actions: Update the meta's
+        `pinned_at`, Delete the old row, Put the new one. The last message time never changes.
+
+        Two tabs pinning at once: one wins, the other re-reads the meta and finds the chat already as it asked
+        (no second row, no error). SessionChanged when other tabs keep moving the chat."""
+        if session.temporary:
+            raise TemporaryChat("A temporary chat is not in your chat list, so it cannot be pinned.")
+        for attempt in range(MAX_RACE_RETRIES + 1):
+            if (session.pinned_at is not None) == pinned:
+                return session
+            target = replace(session, pinned_at=keys.now() if pinned else None)
+            if pinned:  # only from unpinned, as we read it
+                update, state = "SET pinned_at = :pin", "attribute_not_exists(pinned_at)"
+                values = {":pin": target.pinned_at}
+            else:  # only from the pin we read: the row we delete below is that pin's
+                update, state = "REMOVE pinned_at", "pinned_at = :pin"
+                values = {":pin": session.pinned_at}
+            old_row, new_row = items.list_item(user_id, session), items.list_item(user_id, target)
+            with (
+                on_condition_failed() as lost_race,
+                self._db.action("pin", user_id, prior=self._session_sizes(user_id, session)),
+            ):
+                self._call(
+                    "transact_write_items",
+                    TransactItems=[
+                        {
+                            "Update": {  # the meta: only at the time and title we read, whose row we move below
+                                "TableName": self._table,
+                                "Key": to_item(keys.meta_key(user_id, session.session_id)),
+                                "UpdateExpression": update,
+                                "ConditionExpression": f"last_message_time = :old AND #title = :title AND {state}",
+                                "ExpressionAttributeNames": {"#title": "title"},
+                                "ExpressionAttributeValues": to_item(
+                                    {**values, ":old": session.last_message_time, ":title": session.title}
+                                ),
+                            }
+                        },
+                        {
+                            "Delete": {  # the row as we read it must exist, or a second row would be left behind
+                                "TableName": self._table,
+                                "Key": {"pk": old_row["pk"], "sk": old_row["sk"]},
+                                "ConditionExpression": "attribute_exists(pk)",
+                            }
+                        },
+                        {"Put": {"TableName": self._table, "Item": new_row}},
+                    ],
+                )
+            if not lost_race:
+                return target
+            if attempt == MAX_RACE_RETRIES:
+                raise SessionChanged("This chat kept changing in another tab; reload and try again.") from lost_race.exc
+            with self._db.action("pin", user_id):
+                session = self.get_session(user_id, session.session_id)
+        raise AssertionError("unreachable")
+
+    def _row_title(self, user_id: str, session: Session, title: str) -> list[dict]:
+        """The rename's sidebar action: the row (pinned or not) must exist, or the update would create a phantom
+        row. A temporary chat has no sidebar row: its title lives on the meta alone."""
+        if session.temporary:
+            return []
+        row = items.list_item(user_id, session)
+        return [
+            {
+                "Update": {
+                    "TableName": self._table,
+                    "Key": {"pk": row["pk"], "sk": row["sk"]},
+                    "UpdateExpression": "SET title = :title",
+                    "ConditionExpression": "attribute_exists(pk)",
+                    "ExpressionAttributeValues": to_item({":title": title}),
+                }
+            }
+        ]
+
     # --- reads ----------------------------------------------------------
 
     def get_session(self, user_id: str, session_id: str) -> Session:
@@ -529,7 +697,7 @@ class ChatStore:
         response = self._call("get_item", Key=to_item(keys.meta_key(user_id, session_id)), ConsistentRead=True)
         if "Item" not in response:
             raise SessionNotFound("No such chat.")
-        return Session.from_item(from_item(response["Item"]))
+        return _not_expired(Session.from_item(from_item(response["Item"])))
 
     def titles(self, user_id: str, session_ids: Iterable[str]) -> dict[str, str]:
         """The current title of each of these chats of the user that exists (1 BatchGetItem per 100, eventually
@@ -542,7 +710,7 @@ class ChatStore:
         return {m["session_id"]["S"]: m["title"]["S"] for m in metas if "session_id" in m and "title" in m}
 
     def list_sessions(self, user_id: str, *, cursor: str | None = None, limit: int = SIDEBAR_PAGE) -> Page:
-        """One sidebar page, newest first (1 Query)."""
+        """One sidebar page: pinned chats first (in pin order), then the rest newest first (1 Query)."""
         pk = keys.user_pk(user_id)
         params: dict[str, Any] = {
             "KeyConditionExpression": "pk = :pk AND begins_with(sk, :prefix)",
@@ -553,7 +721,7 @@ class ChatStore:
         }
         if cursor is not None:
             sk = self._cursors.decode(pk, cursor).get("sk")
-            if not isinstance(sk, str) or not keys.is_list_sk(sk):
+            if not isinstance(sk, str) or not keys.is_list_sk(sk):  # a pinned row or an unpinned one
                 raise InvalidCursor("This page link is not valid any more; reload the list.")
             params["ExclusiveStartKey"] = to_item({"pk": pk, "sk": sk})
         with self._db.action("sidebar", user_id):
@@ -609,6 +777,7 @@ class ChatStore:
         if cursor is None:
             if session is None:
                 raise SessionNotFound("No such chat.")
+            _not_expired(session)
             remaining = session.message_count
         remaining -= len(messages)
         # message_count tells us when the oldest turn is loaded, which saves the
@@ -620,8 +789,26 @@ class ChatStore:
         return SessionView(session, messages, next_cursor, summary)
 
     def all_messages(self, user_id: str, session_id: str) -> list[Message]:
-        """Every turn of a session, oldest first, for export (1 Query per 1 MB)."""
+        """Every turn of a session, oldest first, bodies whole, for export (1 Query per 1 MB, and 1 GetObject per
+        long body: BodyUnavailable rather than an export that silently holds only a long body's beginning)."""
         if not keys.is_id(session_id):
             raise SessionNotFound("No such chat.")
         with self._db.action("export", user_id):
-            return partitions.session_turns(self._db, user_id, session_id)
+            turns = partitions.session_turns(self._db, user_id, session_id)
+        return [self.bodies.whole(user_id, m, action="export") for m in turns]
+
+
+def _expiring(item: dict, message: Message, expire_at: int | None) -> tuple[dict, Message]:
+    """A temporary chat's pending turn carries the chat's `expire_at`, so TTL deletes it with the chat."""
+    if expire_at is None:
+        return item, message
+    item = {**item, "expire_at": {"N": str(expire_at)}}
+    return item, replace(message, expire_at=expire_at, size=item_size(item))
+
+
+def _not_expired(session: Session) -> Session:
+    """The session, unless it is a temporary chat past its `expire_at`: TTL deletes it within days, and until then
+    it reads as gone (SessionNotFound), so it is never shown or sent to after its time."""
+    if session.expired():
+        raise SessionNotFound("This temporary chat has expired and is deleted; start a new chat.")
+    return session

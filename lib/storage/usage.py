@@ -43,12 +43,13 @@ class UsageBuckets:
             )
 
     def read(
-        self, days: Iterable[str], *, user: str | None = None, billed_to: str | None = None
+        self, days: Iterable[str], *, user: str | None = None, billed_to: str | None = None, action: str = ACTION
     ) -> list[tuple[str, str, dict[str, Any]]]:
         """(day, user, counters) of the stored buckets of these days: every user's (one Query per day), or only
-        `user`'s (one eventually consistent BatchGetItem per 100 days)."""
+        `user`'s (one eventually consistent BatchGetItem per 100 days). `action`: the meter's label ("limits" for
+        the spend check before a turn)."""
         days = list(days)
-        with self._db.action(ACTION, billed_to):
+        with self._db.action(action, billed_to):
             if user is not None:
                 items = self._db.batch_get([keys.usage_key(day, user) for day in days], consistent=False)
             else:

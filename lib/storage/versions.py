@@ -51,6 +51,8 @@ VERSION_FIELDS = (
     "attempt_time",
     "tokens_estimated",
     "context",
+    "input_object",  # a long body's pointer (lib/storage/bodies.py): a kept version keeps its object
+    "output_object",
 )
 
 
@@ -72,6 +74,9 @@ def snapshot(message: Message) -> dict[str, Any]:
         "attempt_time": message.attempt_time,
         "tokens_estimated": True if message.tokens_estimated else None,
         "context": seen.encode(seen.compact(message.context)) if message.context else None,
+        "input_object": message.input_ref.record() if message.input_ref else None,
+        "output_object": message.output_ref.record() if message.output_ref else None,
+        "expire_at": message.expire_at,  # a temporary chat's version record goes when its turn does
     }
     return {k: v for k, v in values.items() if v is not None and v != ""} | {"output_body": message.output_body}
 
@@ -105,7 +110,9 @@ class VersionStore:
                 user_id, message.session_id, question, message.system_prompt_id, message.create_time, message.message_id
             )  # the same checks as a new question: empty, or past the item's limit
             sets["input_body"] = from_item(pending)["input_body"]
-        removes = [f for f in VERSION_FIELDS if f not in ("input_body", "system_prompt_id", "status", "attempt_time")]
+        stays = ("input_body", "system_prompt_id", "status", "attempt_time")
+        stays += ("input_object",) if question is None else ()  # an Edit's new question is inline
+        removes = [f for f in VERSION_FIELDS if f not in stays]
         checks = []
         if newest_of is not None:
             checks.append(

@@ -27,6 +27,7 @@ tab adopt it without reloading.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from dataclasses import dataclass
 from typing import Any
@@ -38,9 +39,11 @@ from lib.context.summaries import SummaryOutcome
 from lib.errors import ChatError, EmptyQuestion, VersionChanged
 from lib.model.catalog import Catalog, ModelChoice
 from lib.model.models import ChatModel
+from lib.model.prompts import system_prompt
 from lib.search.indexer import index_turn_after_save
 from lib.storage.records import DONE, Message, Session, Summary
 from lib.storage.store import ChatStore
+from lib.tokens import count as count_tokens
 from lib.turn.changes import LocalChanges
 from lib.turn.live import LiveAnswer
 from lib.turn.turns import STOPPED, Turn, begin_turn, regenerate_turn, retry_turn
@@ -96,6 +99,7 @@ class ChatService:
         *,
         local: bool = False,
         catalog: Catalog | None = None,
+        limits: Any = None,
     ):
         self.settings, self.store, self.model, self.ledger = settings, store, model, ledger
         # The models a chat may pick (CHAT_MODELS); a question goes to one of these ids and no other.
@@ -105,6 +109,10 @@ class ChatService:
         # Change counters per chat: the hot tier's (every replica) or this process's own (its tabs).
         self.counters = self.hot if self.hot is not None else LocalChanges()
         self.local = local  # the embedded database: only this process can serve it
+        # lib.usage.spend.SpendGuard (docs/limits.md), or None: no spend limits. Checked before every commit of a
+        # turn that calls the model (new chat, send, Retry, Regenerate, Edit); its reserve is held until the
+        # worker is done.
+        self.limits = limits
 
     # --- a turn ---------------------------------------------------------------------------------------------
     def ask(
@@ -118,15 +126,23 @@ class ChatService:
         cache: ContextCache,
         model: str | None = None,
         typed: bool = True,
+        temporary: bool = False,
+        project_id: str | None = None,
     ) -> Sent:
         """Commit `question` (a new chat when `session` is None) and start its answer, with `model` (an id of the
         catalog; None: the chat's own, else the default). `typed`: False for a question the user did not write
-        (a suggestion they clicked), from which no memory is kept. Raises GenerationLimit or ModelNotOffered
-        (nothing committed) or the store's domain errors; the caller keeps the text on any ChatError."""
+        (a suggestion they clicked), from which no memory is kept. Raises GenerationLimit, SpendLimitReached or
+        ModelNotOffered (nothing committed) or the store's domain errors; the caller keeps the text on any ChatError.
+        `temporary`: a new chat that is not kept (CHAT_TEMPORARY_HOURS; ignored for an existing chat, which is
+        temporary or not from its start). `project_id`: a new chat started in that project (ignored for an existing
+        chat, which is in the project its meta names); ProjectNotFound or TemporaryChat, nothing committed."""
         if not question.strip():
             raise EmptyQuestion("Type a question first.")
         answering = self._model(session, model)
-        with self.generations.admitted(user_id, session.session_id if session else None) as admission:
+        with (
+            self.generations.admitted(user_id, session.session_id if session else None) as admission,
+            self._spend(user_id, answering, question, history) as hold,
+        ):
             turn = begin_turn(
                 self.store,
                 answering,
@@ -140,12 +156,16 @@ class ChatService:
                 engine=self.engine,
                 cache=cache,
                 summary=summary,
+                temporary_hours=self.settings.temporary_hours if temporary and session is None else None,
+                project_id=project_id if session is None else None,
             )
+            self._project_moved(user_id, turn.session, cache)
             first = session is None
             version = self._bump(user_id, turn.session.session_id)
             turns = tuple(m for m in history if m.message_id != turn.message.message_id) + (turn.message,)
             handoff = Handoff(user_id, turn.session, turns, summary, _private(cache, user_id), first, typed)
             live = self._start(turn, handoff, admission)
+            _attach(hold, live)
         return Sent(turn.session, turn.message, live, version, first, admission.waited)
 
     def retry(
@@ -159,7 +179,10 @@ class ChatService:
         cache: ContextCache,
     ) -> Sent:
         """Answer a failed or interrupted turn again, in place (1 UpdateItem: the same question, no second one)."""
-        with self.generations.admitted(user_id, session.session_id, message_id=message.message_id) as admission:
+        with (
+            self.generations.admitted(user_id, session.session_id, message_id=message.message_id) as admission,
+            self._spend(user_id, self.model, message.input_body, history) as hold,
+        ):
             turn = retry_turn(
                 self.store,
                 self.model,
@@ -173,7 +196,7 @@ class ChatService:
                 cache=cache,
                 summary=summary,
             )
-            return self._restarted(user_id, message, turn, history, summary, cache, admission)
+            return _attach(hold, self._restarted(user_id, message, turn, history, summary, cache, admission))
 
     def _restarted(self, user_id, message, turn, history, summary, cache, admission) -> Sent:
         """A turn answered again in place (Retry, Regenerate, Edit): the chat's counter moves and the worker
@@ -206,7 +229,10 @@ class ChatService:
             if any(m.message_id > message.message_id for m in history):
                 raise VersionChanged("Only the newest question can be edited: later turns were answered after it.")
         answering = self._model(session, model)
-        with self.generations.admitted(user_id, session.session_id, message_id=message.message_id) as admission:
+        with (
+            self.generations.admitted(user_id, session.session_id, message_id=message.message_id) as admission,
+            self._spend(user_id, answering, question or message.input_body, history) as hold,
+        ):
             turn = regenerate_turn(
                 self.store,
                 answering,
@@ -224,7 +250,7 @@ class ChatService:
             self._forget_covering_summary(user_id, session.session_id, message, summary)
             if question is not None:
                 self._forget_question_memories(cache, user_id, message)
-            return self._restarted(user_id, message, turn, history, summary, cache, admission)
+            return _attach(hold, self._restarted(user_id, message, turn, history, summary, cache, admission))
 
     def flip(
         self, user_id: str, session: Session, message: Message, version: int, *, summary: Summary | None
@@ -234,7 +260,7 @@ class ChatService:
         chosen = self.store.versions.flip(user_id, message, version)
         self._forget_covering_summary(user_id, message.session_id, message, summary)
         indexer = self.engine.indexer
-        if indexer is not None and chosen.status == DONE:  # Search finds the version the chat shows
+        if indexer is not None and chosen.status == DONE and not session.temporary:  # Search finds the shown version
             quietly("index", lambda: index_turn_after_save(indexer, user_id, session.title, chosen))
         return Written(chosen, self._bump(user_id, message.session_id))
 
@@ -268,6 +294,17 @@ class ChatService:
         )
         return self.model.using(choice.id)
 
+    def _spend(self, user_id: str, model: ChatModel, question: str, history: list[Message]):
+        """The spend check (SpendLimitReached: nothing committed) and the answer's reserve, held while the block
+        runs and then by the worker (`_attach`). The prompt's tokens are estimated from the system prompt, the
+        question and the loaded turns, capped at CHAT_CONTEXT_TOKENS (docs/limits.md)."""
+        if self.limits is None:
+            return contextlib.nullcontext()
+        loaded = sum(count_tokens(m.input_body) + count_tokens(m.output_body or "") for m in history)
+        system = count_tokens(system_prompt(self.settings.system_prompt_id))
+        prompt = min(self.settings.context_tokens, system + count_tokens(question) + loaded)
+        return self.limits.reserved(user_id, model.name, prompt)
+
     def stop(self, message_id: str) -> None:
         """Stop an answer written here, or (hot tier) by another replica: its worker notices within ~0.25 s."""
         if not self.generations.stop(message_id) and self.hot is not None:
@@ -294,8 +331,11 @@ class ChatService:
             return None
 
     def _after_save(self, handoff: Handoff, saved: Message, live: LiveAnswer) -> None:
-        """The summary, the search vector, the memories and their vectors: each on its own (see `quietly`)."""
+        """The summary, the search vector, the memories and their vectors: each on its own (see `quietly`). A
+        temporary chat gets none of them: nothing derived from it may outlive it or show in search or memories."""
         user, engine = handoff.user_id, self.engine
+        if handoff.session.temporary:
+            return
         turns = [saved if m.message_id == saved.message_id else m for m in handoff.history]
         outcome = quietly("summary", lambda: engine.summarize_after_save(user, handoff.session, turns, handoff.summary))
         if isinstance(outcome, SummaryOutcome):
@@ -313,11 +353,30 @@ class ChatService:
         for memory in memories if indexer is not None else ():
             quietly("index_memory", lambda m=memory: indexer.index_memory(user, m))
 
+    def _project_moved(self, user_id: str, session: Session, cache: ContextCache) -> None:
+        """A question in a project's chat moves the project up the project list (lib/storage/projects.py touch:
+        at most one request a minute per project; none when the context could not read the project)."""
+        project = cache.projects.get((user_id, session.project_id)) if session.project_id else None
+        if project is not None:
+            moved = quietly("project", lambda: self.store.projects.touch(user_id, project, session.last_message_time))
+            if moved is not None and moved is not project:
+                cache.learn_project(user_id, moved)
+
     # --- other writes to a chat -----------------------------------------------------------------------------
     def rename(self, user_id: str, session: Session, title: str) -> Written:
         """1 TransactWriteItems (meta and sidebar row); the domain error says why a title was refused."""
         renamed = self.store.rename_session(user_id, session, title)
         return Written(renamed, self._bump(user_id, session.session_id))
+
+    def pin(self, user_id: str, session: Session, pinned: bool) -> Written:
+        """1 TransactWriteItems (the meta's pin and the sidebar row moved); the last message time stays."""
+        changed = self.store.set_pinned(user_id, session, pinned)
+        return Written(changed, self._bump(user_id, session.session_id) if changed is not session else None)
+
+    def move(self, user_id: str, session: Session, project_id: str | None) -> Written:
+        """Put the chat in a project, another one, or none (1 TransactWriteItems: lib/storage/projects.py)."""
+        moved = self.store.projects.move_chat(user_id, session, project_id)
+        return Written(moved, self._bump(user_id, session.session_id) if moved is not session else None)
 
     def set_feedback(self, user_id: str, message: Message, value: int | None) -> Written:
         """1 UpdateItem (thumbs up, down, or cleared)."""
@@ -345,6 +404,13 @@ class ChatService:
     def version(self, user_id: str, session_id: str) -> int | None:
         """The chat's change counter now (None: unknown, e.g. Redis down): a tab compares it with its own."""
         return self.counters.version(user_id, session_id)
+
+
+def _attach(hold: Any, sent: Any) -> Any:
+    """The spend reserve is held until the answer's worker is done (then its tokens are in the ledger)."""
+    if hold is not None:
+        hold.attach(sent.live if isinstance(sent, Sent) else sent)
+    return sent
 
 
 def _private(cache: ContextCache, user_id: str) -> ContextCache:

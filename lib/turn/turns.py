@@ -173,15 +173,25 @@ def begin_turn(
     engine=None,
     cache=None,
     summary=None,
+    temporary_hours: float | None = None,
+    project_id: str | None = None,
 ) -> Turn:
     """Commit the question (create_session or send_message: one transaction), before any model call; the
-    chat's meta keeps the id of the model that answers (`model.name`) in the same transaction.
+    chat's meta keeps the id of the model that answers (`model.name`) in the same transaction. A new chat with
+    `temporary_hours` is a temporary one (lib/storage/records.py Session.temporary).
 
     With `engine` (lib.context.engine.ContextEngine) and `cache` (the browser session's ContextCache), the
     context has memories, the `summary` the page read with the chat, and recalled older turns (at most 2
     requests beyond the page's, after the commit); without, the newest loaded turns that fit."""
     if session is None:
-        session, message = store.create_session(user_id, question, system_prompt_id=system_prompt_id, model=model.name)
+        session, message = store.create_session(
+            user_id,
+            question,
+            system_prompt_id=system_prompt_id,
+            model=model.name,
+            temporary_hours=temporary_hours,
+            project_id=project_id,  # a new chat started in a project (docs/projects.md)
+        )
     else:
         session, message = store.send_message(
             user_id, session, question, system_prompt_id=system_prompt_id, model=model.name
@@ -255,6 +265,8 @@ def _again(
     if summary is not None and summary.covered_until >= message.message_id:
         summary = None
     earlier = [m for m in history if m.message_id < message.message_id]
+    # A long question's item holds its beginning: the model is asked the whole one (1 GetObject).
+    question = store.bodies.text(user_id, restarted, "input", action="retry") if restarted.input_ref else None
     # Every turn before the retried one (the page may hold only some of them).
     preceding = session.message_count - 1 - sum(1 for m in history if m.message_id > message.message_id)
     context = _context(
@@ -262,7 +274,7 @@ def _again(
         cache,
         user_id,
         session,
-        restarted.input_body,
+        question or restarted.input_body,
         earlier,
         system_prompt_id=message.system_prompt_id,
         budget_tokens=budget_tokens,

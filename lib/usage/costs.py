@@ -37,11 +37,11 @@ OTHER = "Other"
 # friendly).
 CATEGORIES = (
     Category("Chat writes", "#4c78a8", ("create", "send", "finish", "fail", "retry", "regenerate")),
-    Category("Chat reads", "#f58518", ("sidebar", "open", "export")),
-    Category("Titles & edits", "#54a24b", ("rename", "title", "feedback", "version")),
+    Category("Chat reads", "#f58518", ("sidebar", "open", "export", "shared")),
+    Category("Titles & edits", "#54a24b", ("rename", "pin", "title", "feedback", "version", "share", "project")),
     Category("Context & memory", "#e45756", ("summary", "recall", "memory")),
     Category("Search", "#72b7b2", ("index", "search")),
-    Category("Metering & admin", "#b279a2", ("ledger", "admin")),
+    Category("Metering & admin", "#b279a2", ("ledger", "admin", "audit", "limits")),
     Category(OTHER, "#9d9d9d", ("other",)),
 )
 ACTION_NAMES = {
@@ -56,6 +56,7 @@ ACTION_NAMES = {
     "open": "Open a chat",
     "export": "Export a chat",
     "rename": "Rename a chat",
+    "pin": "Pin or unpin a chat",
     "title": "Save a generated title",
     "feedback": "Rate an answer",
     "summary": "Keep a chat's running summary",
@@ -65,6 +66,11 @@ ACTION_NAMES = {
     "search": "Search chats",
     "ledger": "Record usage (this ledger)",
     "admin": "Operator commands",
+    "limits": "Check spend limits",
+    "audit": "Audit trail (admin actions)",
+    "share": "Share a chat by link (make, update, revoke, list)",
+    "shared": "Open or copy a shared chat",
+    "project": "Projects (make, list, open, edit, move a chat)",
     "other": "Other requests",
 }
 _CATEGORY_OF = {action: c.name for c in CATEGORIES for action in c.actions}
@@ -208,10 +214,13 @@ class Headline:
     vector_write_bytes: float = 0.0  # VectorWriteRequestBytes (index), billed in bytes, not units
     vector_search_bytes: float = 0.0  # VectorSearchRequestBytes (search)
     vector_cost: float = 0.0  # in dynamodb_cost when known; NaN when a vector price is unknown (never $0)
+    object_requests: float = 0.0  # the object store's (long bodies: docs/objects.md), all actions
+    object_bytes: float = 0.0  # put into it by these requests (a month of storage is priced)
+    object_cost: float = 0.0  # requests + a month of those bytes; in total_cost, not in dynamodb_cost
 
     @property
     def total_cost(self) -> float:
-        return self.dynamodb_cost + self.model_cost
+        return self.dynamodb_cost + self.model_cost + self.object_cost
 
     @property
     def per_turn(self) -> float | None:
@@ -245,7 +254,23 @@ def headline(buckets: list[Bucket], prices: Prices) -> Headline:
         unknown_models=unknown,
         service_share=float(actions["service_figures"].sum() / requests) if requests else 0.0,
         estimated={m: as_model for m, as_model in prices.estimated_as.items() if m in used},
+        **_objects(buckets, prices),
     )
+
+
+def _objects(buckets: list[Bucket], prices: Prices) -> dict[str, float]:
+    """The object store's requests, bytes and cost from the ledger's s3p./s3g./s3d./s3b. counters."""
+    sums = {kind: 0.0 for kind in ("s3p", "s3g", "s3d", "s3b")}
+    for b in buckets:
+        for name, value in b.counters.items():
+            kind = name.split(".", 1)[0]
+            if kind in sums:
+                sums[kind] += value
+    return {
+        "object_requests": sums["s3p"] + sums["s3g"] + sums["s3d"],
+        "object_bytes": sums["s3b"],
+        "object_cost": prices.objects(sums["s3p"], sums["s3g"], sums["s3b"]),
+    }
 
 
 @dataclass(frozen=True)

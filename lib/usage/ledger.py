@@ -12,6 +12,8 @@ Counter names (flat attributes, kept short so a bucket stays one 1 KB write unit
     wu.<action>/ru.<action> the units billed (the service's figure where it reported one, else the model's)
     ns.<action> requests whose figure came from the service
     vb.<action> vector bytes (VectorSearchRequestBytes for "search", VectorWriteRequestBytes for writes)
+    s3p.<action> s3g.<action> s3d.<action> object store requests by S3's price class (PUT/LIST, GET, DELETE: free)
+    s3b.<action> bytes put into the object store (storage growth)
     t.done / t.failed turns     b bytes of finished turns (storage growth)
     tn|<model> calls  ti|<model> to|<model> tcr|<model> tcw|<model> input/output/cache-read/cache-write tokens
 """
@@ -35,6 +37,11 @@ from lib.storage.usage import UsageBuckets
 SYSTEM_USER = "(system)"  # operator commands carry no user
 
 
+def object_counter(operation: str) -> str:
+    """The counter prefix of an object store request: S3 prices PUT and LIST alike, GET lower, DELETE not at all."""
+    return {"GetObject": "s3g", "DeleteObject": "s3d"}.get(operation, "s3p")
+
+
 @dataclass(frozen=True)
 class Bucket:
     """One day and user's counters, as stored (plus, when asked, this process's unflushed counts)."""
@@ -52,6 +59,9 @@ class Ledger:
         self._lock = threading.Lock()
         self._buffer: dict[tuple[str, str], dict[str, float]] = defaultdict(lambda: defaultdict(float))
         self._due: set[tuple[str, str]] = set()  # buckets with counts other than the ledger's own writes
+        # Counts taken out of the buffer by a flush whose writes have not all returned yet: `unflushed` still
+        # sees them, so a spend check never misses counts that are neither buffered nor stored.
+        self._writing: list[dict[tuple[str, str], dict[str, float]]] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         meter.subscribe(self.record_usage)
@@ -68,8 +78,14 @@ class Ledger:
                 self._due.add((day, user))
 
     def record_usage(self, usage: Usage) -> None:
-        """Meter listener: one DynamoDB call."""
+        """Meter listener: one DynamoDB call, or one object store request (kind "object")."""
         a = usage.action
+        if usage.kind == "object":
+            counts = {f"{object_counter(usage.operation)}.{a}": 1}
+            if usage.operation == "PutObject" and usage.object_bytes:
+                counts[f"s3b.{a}"] = usage.object_bytes
+            self._add(keys.day_of(usage.at), usage.user or SYSTEM_USER, counts)
+            return
         counts = {f"n.{a}": 1}
         if usage.kind == "write":
             counts[f"w.{a}"], counts[f"wu.{a}"] = usage.modeled, usage.units
@@ -109,14 +125,21 @@ class Ledger:
             names = set(self._buffer) if final else set(self._due)
             batch = {name: dict(self._buffer.pop(name)) for name in names if name in self._buffer}
             self._due -= names
+            self._writing.append(batch)
         pending = list(batch.items())
-        for index, ((day, user), counts) in enumerate(pending):
-            try:
-                self._write(day, user, counts)
-            except Exception:
-                for (day_, user_), counts_ in pending[index:]:  # keep what was not written for the next flush
-                    self._add(day_, user_, counts_)
-                raise
+        try:
+            for index, ((day, user), counts) in enumerate(pending):
+                try:
+                    self._write(day, user, counts)
+                except Exception:
+                    for (day_, user_), counts_ in pending[index:]:  # keep what was not written for the next flush
+                        self._add(day_, user_, counts_)
+                    raise
+                with self._lock:
+                    batch.pop((day, user), None)  # stored now: readers of the table see it
+        finally:
+            with self._lock:
+                self._writing.remove(batch)
         return len(pending)
 
     def _write(self, day: str, user: str, counts: dict[str, float]) -> None:
@@ -150,6 +173,19 @@ class Ledger:
         """This process's counts not flushed yet."""
         with self._lock:
             return [Bucket(day, user, dict(counts)) for (day, user), counts in sorted(self._buffer.items())]
+
+    def unflushed(self, user: str, days: Iterable[str]) -> dict[str, dict[str, float]]:
+        """This process's counts of `user` on these days that the table does not hold yet: buffered, or taken by a
+        flush whose write has not returned (counted once: a bucket leaves `_writing` as its write returns)."""
+        wanted = set(days)
+        found: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+        with self._lock:
+            for source in (self._buffer, *self._writing):
+                for (day, owner), counts in source.items():
+                    if owner == user and day in wanted:
+                        for name, value in counts.items():
+                            found[day][name] += value
+        return {day: dict(counts) for day, counts in found.items()}
 
     def read(
         self, days: Iterable[str], *, user: str | None = None, reader: str | None = None, include_unflushed: bool = True

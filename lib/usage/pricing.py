@@ -35,6 +35,10 @@ class Prices:
     # USD per GB of vector index writes / vector searches (billed in bytes, not units); None: unknown, never $0.
     vector_write_per_gb: float | None = None
     vector_search_per_gb: float | None = None
+    # The object store (S3 Standard): USD per thousand PUT/LIST and GET requests, per GB-month stored.
+    bucket_put_per_k: float = 0.005
+    bucket_get_per_k: float = 0.0004
+    bucket_gb_month: float = 0.023
 
     @classmethod
     def from_settings(cls, settings: Settings) -> "Prices":
@@ -72,6 +76,9 @@ class Prices:
             models,
             vector_write_per_gb=per_gb(getattr(settings, "price_vector_write_per_gb", "")),
             vector_search_per_gb=per_gb(getattr(settings, "price_vector_search_per_gb", "")),
+            bucket_put_per_k=getattr(settings, "price_bucket_put_per_k", 0.005),
+            bucket_get_per_k=getattr(settings, "price_bucket_get_per_k", 0.0004),
+            bucket_gb_month=getattr(settings, "price_bucket_gb_month", 0.023),
         )
 
     def with_demo_priced_as(self, model: str) -> "Prices":
@@ -92,6 +99,11 @@ class Prices:
             return 0.0
         price = self.vector_search_per_gb if action == "search" else self.vector_write_per_gb
         return float("nan") if price is None else size / 1e9 * price
+
+    def objects(self, puts: float, gets: float, byte_months: float) -> float:
+        """USD of object store requests (PUT and LIST alike, GET; DELETE is free) and a month of their bytes."""
+        requests = puts * self.bucket_put_per_k / 1e3 + gets * self.bucket_get_per_k / 1e3
+        return requests + byte_months / 1e9 * self.bucket_gb_month
 
     def storage(self, byte_months: float) -> float:
         return byte_months / 1e9 * self.storage_gb_month

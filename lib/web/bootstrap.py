@@ -22,4 +22,7 @@ def start_page(title: str | None = None) -> PageStart:
     st.set_page_config(page_title=f"{title} · Team Chat" if title else "Team Chat", page_icon="💬", layout="wide")
     ui.apply_style()
     svc = ui.services()
-    return PageStart(svc, ui.current_identity(svc.settings))
+    me = ui.current_identity(svc.settings)
+    if svc.limits is not None:  # group spend limits follow the verified identity's groups (docs/limits.md)
+        svc.limits.identify(me.user_id, me.groups)
+    return PageStart(svc, me)

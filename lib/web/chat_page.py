@@ -17,13 +17,13 @@ from lib.context.summaries import divider_label
 from lib.errors import ChatError
 from lib.storage.itemsize import ITEM_LIMIT_BYTES
 from lib.storage.records import DONE, FAILED, INTERRUPTED, PENDING, Message
-from lib.web import live_view, turn_view, ui
+from lib.web import live_view, project_view, share_view, turn_view, ui
 from lib.web.bootstrap import PageStart
 from lib.web.chat_view import ContextNotes
+from lib.web.limits_view import near_limit_line
 from lib.web.live_turns import AFTER_SAVE, LiveTurns
 from lib.web.render import plain_label
 from lib.web.steering import Steering
-from lib.web.stream_render import render_markdown
 
 SUGGESTIONS = [
     "How should I design a DynamoDB table for chat history?",
@@ -31,6 +31,7 @@ SUGGESTIONS = [
     "Explain this Python error: KeyError: 'user_id'",
 ]
 RENAME_POPOVER = "rename-popover"
+TEMPORARY_TOGGLE = "temporary-chat"  # the welcome screen's switch: the next new chat is a temporary one
 COMPOSER = "composer"
 SCROLL_TO = "scroll_to_turn"  # a turn a link pointed at, scrolled to on the next draw
 DRAWN_LIVE = "drawn_live"  # ids of answers drawn live (pending) by an earlier run (see _turn)
@@ -139,6 +140,12 @@ class ChatPage(LiveTurns, Steering):
         # The title, then Rename and Export side by side under it, on a phone too (columns would stack them
         # there as two full-width buttons).
         st.subheader(plain_label(session.title), anchor=False)
+        project_view.project_line(self.svc, self.view)  # "Project: <name>", as text
+        if session.temporary:
+            st.caption(
+                ":orange-badge[:material/timer: Temporary chat] Not in your chat list, search or memories; "
+                f"deleted {ui.until(session.expire_at)}. Copy or export what you want to keep."
+            )
         with st.container(horizontal=True, vertical_alignment="center"):
             key = f"rename-title-{session.session_id}"
             with st.popover("Rename", icon=":material/edit:", key=RENAME_POPOVER, on_change="rerun"):
@@ -147,6 +154,18 @@ class ChatPage(LiveTurns, Steering):
                     st.form_submit_button("Save", type="primary", on_click=self._rename, args=(key,))
                 if st.session_state.get("rename_error"):
                     st.error(st.session_state.pop("rename_error"), icon=":material/error:")
+            pinned = session.pinned_at is not None
+            if not session.temporary:  # a temporary chat is never in the sidebar, so it has no place to pin
+                st.button(
+                    "Unpin" if pinned else "Pin",
+                    icon=":material/keep_off:" if pinned else ":material/keep:",
+                    key="pin",
+                    help="Keep this chat at the top of your chats"
+                    if not pinned
+                    else "Put it back among your chats by date",
+                    on_click=self._pin,
+                    args=(not pinned,),
+                )
             with st.popover("Export", icon=":material/download:"):
                 user_id = self.me.user_id
                 st.download_button(
@@ -163,6 +182,9 @@ class ChatPage(LiveTurns, Steering):
                     mime="application/json",
                     data=lambda: export.to_json(session, self.store.all_messages(user_id, session.session_id)),
                 )
+            if not session.temporary:  # a temporary chat is not kept, so it is not shared either
+                share_view.share_control(self.svc, self.me, session)  # Share: lib/web/share_view.py
+            project_view.header_controls(self.svc, self.me, self.view, self._adopt)  # Move to project
             self.model_picker()
 
     def _rename(self, key: str) -> None:
@@ -174,6 +196,13 @@ class ChatPage(LiveTurns, Steering):
             st.session_state[RENAME_POPOVER] = False
         except ChatError as exc:
             st.session_state["rename_error"] = str(exc)
+
+    def _pin(self, pinned: bool) -> None:
+        """Runs before the page: the sidebar shows the move on this run, without reading the list again."""
+        with ui.errors_shown():
+            written = self.chat.pin(self.me.user_id, self.view.session, pinned)
+            self.view.pinned(written.value)
+            self._adopt(written.value.session_id, written.version)
 
     def reserve_turns(self) -> None:
         """The place of the open chat's turns, made before the composer so they are drawn above a new turn, and
@@ -224,7 +253,7 @@ class ChatPage(LiveTurns, Steering):
 
     def _turn(self, m: Message) -> None:
         with st.chat_message("user"):
-            turn_view.question(m)
+            turn_view.question(m, self._whole_body)
             self._edit_control(m)
         # Streamlit keeps what the last run drew at a place until this run redraws it or ends, faded meanwhile,
         # and a block redrawn at the same place inherits the old one's children. A run following a live answer
@@ -255,6 +284,10 @@ class ChatPage(LiveTurns, Steering):
         except ChatError as exc:
             st.session_state["summary_error"] = str(exc)
 
+    def _whole_body(self, m: Message, part: str) -> str:
+        """A long body from the object store, for "Show all" (1 GetObject); BodyUnavailable when it is lost."""
+        return self.store.bodies.text(self.me.user_id, m, part, action="open")
+
     def answer(self, m: Message) -> None:
         live = self.chat.live(m.message_id) if m.status == PENDING else None
         source, remote = (lambda: live), False
@@ -269,7 +302,8 @@ class ChatPage(LiveTurns, Steering):
             return
         if live is not None:
             m = live.saved  # saved since this run began
-        render_markdown(st, m.output_body, cut=m.status != DONE)
+            turn_view.streamed_whole(m, live.text)  # a long answer just watched stays whole
+        turn_view.answer_body(m, self._whole_body, cut=m.status != DONE)
         self._under_answer(m)
 
     def _under_answer(self, m: Message) -> None:
@@ -383,6 +417,8 @@ class ChatPage(LiveTurns, Steering):
                     cache=self.cache,
                     model=self._picked_model(),
                     typed=typed,
+                    temporary=first and bool(st.session_state.get(TEMPORARY_TOGGLE)),
+                    project_id=self.view.project_id if first else None,  # New chat with a project chosen
                 )
             except ChatError as exc:  # nothing typed is lost; the composer shows why, also after a rerun
                 st.session_state["unsent"], st.session_state[UNSENT_REASON] = question, str(exc)
@@ -413,10 +449,13 @@ class ChatPage(LiveTurns, Steering):
         st.session_state.setdefault(AFTER_SAVE, {})[sent.message.message_id] = sent.session.session_id
 
     def _sidebar_stays(self) -> bool:
-        """A follow-up in the chat at the top of the sidebar, under a heading that stays ('Today'), changes
+        """A follow-up in a pinned chat, or in the chat at the top of the unpinned ones under a heading that stays
+        ('Today'), changes
         nothing this run has drawn above the new turn: the turn is drawn in place, under the others, instead
         of rerunning the page (a rerun sends every turn on screen again)."""
-        top = self.view.sidebar[0] if self.view.sidebar else None
+        if self.view.session is not None and self.view.session.pinned_at is not None:
+            return True  # a pinned chat's row keeps its place whatever is sent
+        top = next((s for s in self.view.sidebar or [] if not s.pinned), None)
         return (
             self.view.session is not None
             and top is not None
@@ -435,8 +474,22 @@ class ChatPage(LiveTurns, Steering):
         self.welcome = st.empty()
         with self.welcome.container():
             st.title("What can I help with?", anchor=False)
-            self.model_picker()
-            st.caption("Your chats are private to you and saved, so you can pick them up on any device.")
+            with st.container(horizontal=True, vertical_alignment="center"):
+                self.model_picker()
+                st.toggle(
+                    "Temporary chat",
+                    key=TEMPORARY_TOGGLE,
+                    help=f"Not saved to your chat list, search or memories, and deleted "
+                    f"{_hours(self.settings.temporary_hours)} after its first question.",
+                )
+            project_view.welcome_line(self.view)
+            if st.session_state.get(TEMPORARY_TOGGLE):
+                st.caption(
+                    "This chat will not be in your chat list, search or memories, and is deleted "
+                    f"{_hours(self.settings.temporary_hours)} after you send the first question."
+                )
+            else:
+                st.caption("Your chats are private to you and saved, so you can pick them up on any device.")
             with st.container(horizontal=True, gap="small", key="suggestions"):
                 for suggestion in SUGGESTIONS:
                     if st.button(suggestion, width="content"):
@@ -473,6 +526,7 @@ class ChatPage(LiveTurns, Steering):
                 "send it once the answer is finished, or Stop the answer first.",
                 icon=":material/schedule:",
             )
+        near_limit_line(self.svc, self.me)  # past 80% of a spend limit: one short line, no request
         typed = st.chat_input("Ask anything…", key=COMPOSER, on_submit=self._refuse_type_ahead)
         question = typed or suggested
         if question:
@@ -498,3 +552,13 @@ class ChatPage(LiveTurns, Steering):
             text = st.session_state.get(COMPOSER)
             st.session_state[COMPOSER] = text if isinstance(text, str) else getattr(text, "text", "")
             st.session_state[TYPE_AHEAD] = True
+
+
+def _hours(hours: float) -> str:
+    """'24 hours', '1 hour', '90 minutes', '2 days' (CHAT_TEMPORARY_HOURS as a sentence says it)."""
+    if hours < 1:
+        return f"{round(hours * 60)} minutes"
+    if hours >= 48 and hours % 24 == 0:
+        return f"{int(hours // 24)} days"
+    whole = int(hours) if float(hours).is_integer() else hours
+    return f"{whole} hour{'' if whole == 1 else 's'}"

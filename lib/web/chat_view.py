@@ -13,7 +13,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 
 from lib.errors import SessionNotFound
-from lib.storage.records import Message, Session, SessionSummary, Summary
+from lib.storage.records import Message, Project, ProjectSummary, Session, SessionSummary, Summary
 from lib.storage.store import ChatStore
 
 
@@ -29,6 +29,12 @@ class ChatView:
     not_found: str | None = None  # an id the URL asked for that is not the user's
     summary: Summary | None = None  # the open chat's running summary (read by the same Query as its turns)
     version: int | None = None  # the open chat's hot-tier change counter when it was loaded (None: no hot tier)
+    # Projects (docs/projects.md): the list (1 Query, once per browser session), the one chosen in the sidebar
+    # (None: all chats) and its chats (1 Query when chosen), all kept current by this session's own writes.
+    projects: list[ProjectSummary] | None = None
+    project_id: str | None = None
+    project_chats: list[SessionSummary] | None = None
+    project_cursor: str | None = None
 
     def ensure_sidebar(self, store: ChatStore) -> None:
         if self.sidebar is None:
@@ -49,6 +55,8 @@ class ChatView:
         if session_id is None:
             return
         cached = hot.cached_view(self.user_id, session_id) if hot is not None else None
+        if cached is not None and cached[0].session is not None and cached[0].session.expired():
+            cached = None  # a temporary chat past its time: the store says it is gone
         if cached is not None:
             view, self.version = cached
         else:
@@ -78,7 +86,52 @@ class ChatView:
         """A question was committed: the session moves to the top of the sidebar and the turn is appended."""
         self.open_id, self.session, self.not_found = session.session_id, session, None
         self.messages = [m for m in self.messages if m.message_id != message.message_id] + [message]
-        self._to_top(SessionSummary.of(session))
+        if not session.temporary:  # a temporary chat is never in the sidebar
+            self._to_top(SessionSummary.of(session))
+        if session.project_id is not None and session.project_id == self.project_id and self.project_chats is not None:
+            row = replace(SessionSummary.of(session), pinned=False)  # a project lists its chats by time alone
+            self.project_chats = [row] + [s for s in self.project_chats if s.session_id != session.session_id]
+
+    # --- projects ---------------------------------------------------------------------------------------------
+    def ensure_projects(self, store: ChatStore) -> None:
+        if self.projects is None:
+            self.projects = store.projects.list(self.user_id)
+
+    def choose_project(self, store: ChatStore, project_id: str | None) -> None:
+        """Show one project's chats instead of all chats (1 Query), or all chats again (None: no request)."""
+        self.project_id, self.project_chats, self.project_cursor = None, None, None
+        if project_id is None:
+            return
+        page = store.projects.chats(self.user_id, project_id)
+        self.project_id, self.project_chats, self.project_cursor = project_id, page.items, page.cursor
+
+    def load_more_project_chats(self, store: ChatStore) -> None:
+        page = store.projects.chats(self.user_id, self.project_id, cursor=self.project_cursor)
+        known = {s.session_id for s in self.project_chats or []}
+        self.project_chats = (self.project_chats or []) + [s for s in page.items if s.session_id not in known]
+        self.project_cursor = page.cursor
+
+    def project_saved(self, project: Project) -> None:
+        """A project was made, edited or moved up by this session: its row in the list, in its place by activity."""
+        row = ProjectSummary.of(project)
+        rest = [p for p in self.projects or [] if p.project_id != project.project_id]
+        later = [p for p in rest if p.last_activity_time >= row.last_activity_time]
+        self.projects = later + [row] + rest[len(later) :]
+
+    def project_name(self, project_id: str | None) -> str | None:
+        return next((p.name for p in self.projects or [] if p.project_id == project_id), None)
+
+    def moved(self, session: Session) -> None:
+        """The open chat was put in another project (or none): the chosen project's list gains or loses it."""
+        self.session = session if session.session_id == self.open_id else self.session
+        if self.project_chats is None:
+            return
+        rest = [s for s in self.project_chats if s.session_id != session.session_id]
+        if session.project_id == self.project_id:
+            row = replace(SessionSummary.of(session), pinned=False)
+            later = [s for s in rest if s.last_message_time >= row.last_message_time]
+            rest = later + [row] + rest[len(later) :]
+        self.project_chats = rest
 
     def saved(self, message: Message) -> None:
         """A turn was finished, failed, restarted or given feedback: replace it in place."""
@@ -86,14 +139,43 @@ class ChatView:
 
     def renamed(self, session: Session) -> None:
         self.session = session
+        if self.project_chats is not None:
+            self.project_chats = [
+                replace(s, title=session.title) if s.session_id == session.session_id else s for s in self.project_chats
+            ]
         if self.sidebar is not None:
             self.sidebar = [
                 replace(s, title=session.title) if s.session_id == session.session_id else s for s in self.sidebar
             ]
 
+    def pinned(self, session: Session) -> None:
+        """A chat was pinned (its row goes under the chats pinned before it) or unpinned (back among the others by
+        its last message time; left out when that falls past the loaded page: "Load more" brings it)."""
+        self.session = session if session.session_id == self.open_id else self.session
+        if self.sidebar is None:
+            return
+        row = SessionSummary.of(session)
+        rest = [s for s in self.sidebar if s.session_id != session.session_id]
+        pins = [s for s in rest if s.pinned]
+        others = [s for s in rest if not s.pinned]
+        if row.pinned:
+            self.sidebar = pins + [row] + others
+            return
+        later = [s for s in others if s.last_message_time >= row.last_message_time]
+        earlier = others[len(later) :]
+        if earlier or self.sidebar_cursor is None:
+            later.append(row)
+        self.sidebar = pins + later + earlier
+
     def _to_top(self, summary: SessionSummary) -> None:
-        rest = [s for s in self.sidebar or [] if s.session_id != summary.session_id]
-        self.sidebar = [summary] + rest
+        """A send moves an unpinned chat to the top of the unpinned rows; a pinned one keeps its place."""
+        rows = self.sidebar or []
+        if summary.pinned and any(s.session_id == summary.session_id for s in rows):
+            self.sidebar = [summary if s.session_id == summary.session_id else s for s in rows]
+            return
+        rest = [s for s in rows if s.session_id != summary.session_id]
+        pins = [s for s in rest if s.pinned]
+        self.sidebar = pins + [summary] + [s for s in rest if not s.pinned]
 
 
 MAX_CONTEXT_NOTES = 100  # a note matters while its turn is on screen; older ones are dropped

@@ -33,6 +33,27 @@ class Identity:
     user_id: str
     display: str
     mode: str
+    # The groups the sign-in vouches for (`oidc`/`alb`: the CHAT_GROUPS_CLAIM claim), for group spend limits;
+    # never from anything the user sets. `header` and `dev` carry none (the limits file's `members` maps them).
+    groups: tuple[str, ...] = ()
+
+
+MAX_GROUPS = 200
+
+
+def groups_of(claims: Mapping[str, Any], claim: str) -> tuple[str, ...]:
+    """The group names of a verified claim: a list of names (or one comma-separated string); a name no limit key
+    may be built from ('#', control characters, over 128 characters) is left out."""
+    value = claims.get(claim or "groups")
+    names = value.split(",") if isinstance(value, str) else value if isinstance(value, (list, tuple)) else ()
+    found = []
+    for name in names:
+        text = name.strip() if isinstance(name, str) else ""
+        try:
+            found.append(keys.check_group(text))
+        except InvalidUserId:
+            continue
+    return tuple(sorted(set(found)))[:MAX_GROUPS]
 
 
 def _clean(user_id: object) -> str:
@@ -97,7 +118,7 @@ def resolve(
     if not user.get("is_logged_in", False):
         raise NotAuthenticated("Please sign in.")
     subject = user.get("email") or user.get("sub")
-    return Identity(_clean(subject), str(user.get("name") or subject), "oidc")
+    return Identity(_clean(subject), str(user.get("name") or subject), "oidc", groups_of(user, settings.groups_claim))
 
 
 def _from_alb(settings: Settings, token: str, session: MutableMapping[str, Any] | None) -> Identity:
@@ -114,7 +135,9 @@ def _from_alb(settings: Settings, token: str, session: MutableMapping[str, Any] 
         return remembered[1]
     claims = alb_token.verifier(settings.alb_arn, settings.alb_key_url).verify(token)
     subject = claims.get("email") or claims.get("sub")
-    found = Identity(_clean(subject), str(claims.get("name") or subject), "alb")
+    found = Identity(
+        _clean(subject), str(claims.get("name") or subject), "alb", groups_of(claims, settings.groups_claim)
+    )
     if session is not None:
         session[_ALB_SESSION_KEY] = (digest, found)
     return found

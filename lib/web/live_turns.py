@@ -11,7 +11,7 @@ from __future__ import annotations
 import streamlit as st
 
 from lib.storage.records import PENDING
-from lib.web import live_view
+from lib.web import live_view, turn_view
 
 ORPHAN_GRACE_S = 10.0
 AFTER_SAVE = "after_save"  # message id -> session id: turns whose post-save work (summary, memories) may still land
@@ -31,6 +31,7 @@ class LiveTurns:
                 continue
             if live is not None and live.saved is not None:
                 self.view.saved(live.saved)
+                turn_view.streamed_whole(live.saved, live.text)  # a long answer just watched stays whole
                 if live.renamed is not None:
                     self.view.renamed(live.renamed)
                 if live.context is not None:

@@ -142,9 +142,11 @@ def _read(f: Followed) -> bool:
     saved = live.saved  # read before the text: a LiveAnswer's text is complete once `saved` is set
     if saved is not None:
         f.ended = live
-        f.in_place = saved.output_body.startswith(f.paced.text)  # not if the save cut it to fit the item
+        # An answer saved to the object store keeps only its beginning in the item: the whole is the live text
+        body = live.text if saved.partial("output") else saved.output_body
+        f.in_place = body.startswith(f.paced.text)  # not if the save cut it to fit the item
         if f.in_place:
-            f.paced.finish(saved.output_body, cut=saved.status != DONE)
+            f.paced.finish(body, cut=saved.status != DONE)
         return True
     _status(f, live)
     text = live.text

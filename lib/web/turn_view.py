@@ -43,9 +43,71 @@ def _toggle(message_id: str) -> None:
     expanded.symmetric_difference_update({message_id})
 
 
-def question(m: Message) -> None:
+# A long body kept in the object store (docs/objects.md): the item holds its first 4 KB; "Show all" reads the
+# whole once per browser session (1 GetObject) and keeps it here by object key (a fresh key per write, so another
+# version of the turn is never shown from here), the newest WHOLE_KEPT_BYTES of them.
+_WHOLE = "whole_bodies"
+WHOLE_KEPT_BYTES = 8 * 1024 * 1024
+Fetch = Callable[[Message, str], str]  # (turn, "input" | "output") -> the whole body; BodyUnavailable
+
+
+def _keep_whole(object_key: str, text: str) -> None:
+    whole: dict[str, str] = st.session_state.setdefault(_WHOLE, {})
+    whole.pop(object_key, None)
+    whole[object_key] = text  # newest last
+    while len(whole) > 1 and sum(len(t) for t in whole.values()) > WHOLE_KEPT_BYTES:
+        del whole[next(iter(whole))]
+
+
+def streamed_whole(m: Message, text: str) -> None:
+    """An answer this page just streamed and saved to the object store stays shown whole: its text is known, so
+    neither a collapse to its beginning nor a GetObject is needed."""
+    if m.partial("output") and m.output_ref is not None and len(text) > len(m.output_body):
+        _keep_whole(m.output_ref.key, text)
+        st.session_state.setdefault(_EXPANDED, set()).add(f"{m.message_id}:output")
+
+
+def _whole_body(m: Message, part: str, render: Callable[[str], None], fetch: Fetch) -> None:
+    """The beginning of an offloaded body and 'Show all (size)'; expanded, the whole body (read once), or the
+    reason it cannot be shown (missing, damaged: never empty text)."""
+    from lib.errors import ChatError
+
+    ref = m.input_ref if part == "input" else m.output_ref
+    key = f"{m.message_id}:{part}"
+    expanded = key in st.session_state.get(_EXPANDED, set())
+    whole: dict[str, str] = st.session_state.setdefault(_WHOLE, {})
+    if expanded and ref.key not in whole:
+        try:
+            _keep_whole(ref.key, fetch(m, part))
+        except ChatError as exc:
+            st.error(str(exc), icon=":material/error:")
+    shown = whole.get(ref.key) if expanded else None
+    render(shown if shown is not None else (m.input_body if part == "input" else m.output_body) + "\n\n…")
+    size = f"{ref.size / 1024 / 1024:,.1f} MB" if ref.size >= 1024 * 1024 else f"{ref.size // 1024:,} KB"
+    st.button(
+        "Show less" if expanded else f"Show all ({size})",
+        key=f"more-{key}",
+        type="tertiary",
+        on_click=_toggle,
+        args=(key,),
+        icon=":material/unfold_less:" if expanded else ":material/unfold_more:",
+    )
+
+
+def answer_body(m: Message, fetch: Fetch | None = None, *, cut: bool = False) -> None:
+    """A saved answer; one kept in the object store shows its beginning and 'Show all'."""
+    if m.partial("output") and fetch is not None:
+        _whole_body(m, "output", lambda text: render_markdown(st, text, cut=cut), fetch)
+        return
+    render_markdown(st, m.output_body, cut=cut)
+
+
+def question(m: Message, fetch: Fetch | None = None) -> None:
     """The question as typed (lib.export.typed_markdown: line breaks kept, a pasted traceback, log or code as a
-    code block); a long one shows its start and a 'Show all' button."""
+    code block); a long one shows its start and a 'Show all' button (one in the object store: `fetch` reads it)."""
+    if m.partial("input") and fetch is not None:
+        _whole_body(m, "input", lambda text: render_markdown(st, typed_markdown(text)), fetch)
+        return
     short = preview(m.input_body)
     if short is None:
         render_markdown(st, typed_markdown(m.input_body))
@@ -140,6 +202,7 @@ def older_page(session_id: str, first_number: int, page: list[Message], generati
 _KINDS = {
     "system": "Instructions",
     "instructions": "Your custom instructions",
+    "project": "Project instructions",
     "memory": "Memory",
     "summary": "Summary of earlier turns",
     "recalled": "Recalled older turn",
@@ -184,6 +247,8 @@ def model_saw(m: Message, turns: dict[str, Message], memories: Callable[[], dict
             return "The app's instructions to the model"
         if kind == "instructions":
             return "What you told the assistant about you and how to answer (the Memory page)"
+        if kind == "project":
+            return "The instructions of this chat's project, as they were when asked (Edit project in the sidebar)"
         if kind == seen.UNREADABLE:
             return "This turn's record of its prompt is damaged and could not be read"
         return ""

@@ -14,7 +14,7 @@ from lib.errors import ChatError, ConfigError, NotAuthenticated, StoreUnavailabl
 from lib.services import Services, build_services
 from lib.storage import keys
 from lib.turn.worker import Generations
-from lib.web import identity, shortcuts, turn_view
+from lib.web import identity, project_view, shortcuts, turn_view
 from lib.web.chat_view import ChatView
 from lib.web.render import plain_label
 
@@ -66,11 +66,12 @@ def apply_style() -> None:
     st.html(_STYLE)
 
 
-def page_links() -> None:
-    """The app's own navigation (Streamlit's automatic one would list the entry script as 'app')."""
+def page_links(admin: bool = False) -> None:
+    """The app's own navigation (Streamlit's automatic one would list the entry script as 'app'); the admin pages
+    are linked for admins only (each page checks rights itself: a link is not a permission)."""
     st.page_link("app.py", label="Chat", icon=":material/chat:")
-    for path, label, icon in _PAGES:
-        if (_ROOT / path).exists():  # a page being built elsewhere is linked once its file is there
+    for path, label, icon, for_admins in _PAGES:
+        if (admin or not for_admins) and (_ROOT / path).exists():
             st.page_link(path, label=label, icon=icon)
 
 
@@ -86,30 +87,40 @@ def sidebar(svc: Services, me: identity.Identity, view: ChatView, *, pick: Calla
             st.switch_page("app.py", query_params={"session": session_id} if session_id else None)
 
     with st.sidebar:
-        page_links()
+        page_links(admin=me.user_id in svc.settings.admin_ids)
         chosen("New chat", None, icon=":material/edit_square:", width="stretch", key="new-chat")
+        project_view.sidebar_section(svc, me, view)  # choose a project: its chats below instead of all chats
         with errors_shown():
             view.ensure_sidebar(svc.store)  # already loaded by any earlier page of this browser session: no request
-        if not view.sidebar:
+        rows = view.project_chats if view.project_id is not None else view.sidebar
+        if view.project_id is not None and not rows:
+            st.caption("No chats in this project yet: New chat starts one in it.")
+        elif not rows:
             st.caption("Your chats will be listed here, newest first.")
         heading = None
-        for row in view.sidebar or []:
+        for row in rows or []:
             # Dates are headings ('Today', 'Previous 7 days'...), not part of the row: a long title cannot push
             # its date out of sight, and the selected row (white on blue) has none to fade.
-            if day_group(row.last_message_time) != heading:
-                heading = day_group(row.last_message_time)
+            group = "Pinned" if row.pinned else day_group(row.last_message_time)
+            if group != heading:
+                heading = group
                 st.caption(heading)
             chosen(
                 plain_label(row.title),
                 row.session_id,
+                icon=":material/keep:" if row.pinned else None,
                 key=f"open-{row.session_id}",
                 type="primary" if pick is not None and row.session_id == view.open_id else "tertiary",
                 help=f"Last message {relative_time(row.last_message_time)}",
                 width="stretch",
             )
-        if view.sidebar_cursor and st.button("Load more", icon=":material/expand_more:", width="stretch"):
+        cursor = view.project_cursor if view.project_id is not None else view.sidebar_cursor
+        if cursor and st.button("Load more", icon=":material/expand_more:", width="stretch"):
             with errors_shown():
-                view.load_more_sessions(svc.store)
+                if view.project_id is not None:
+                    view.load_more_project_chats(svc.store)
+                else:
+                    view.load_more_sessions(svc.store)
                 st.rerun()
         st.divider()
         st.caption(
@@ -127,10 +138,13 @@ def sidebar(svc: Services, me: identity.Identity, view: ChatView, *, pick: Calla
 
 
 _ROOT = Path(__file__).resolve().parents[2]
-_PAGES = [
-    ("pages/search.py", "Search", ":material/search:"),
-    ("pages/memory.py", "Memory", ":material/psychology:"),
-    ("pages/cost.py", "Usage & cost", ":material/payments:"),
+_PAGES = [  # (path, label, icon, admins only: a page checks rights itself, the link is not a permission)
+    ("pages/search.py", "Search", ":material/search:", False),
+    ("pages/memory.py", "Memory", ":material/psychology:", False),
+    ("pages/shared.py", "Shared links", ":material/link:", False),
+    ("pages/cost.py", "Usage & cost", ":material/payments:", False),
+    ("pages/limits.py", "Spend limits", ":material/tune:", True),
+    ("pages/audit.py", "Audit trail", ":material/policy:", True),
 ]
 
 
@@ -171,6 +185,21 @@ def errors_shown() -> Iterator[None]:
         yield
     except ChatError as exc:
         st.error(str(exc), icon=":material/error:")
+
+
+def until(epoch: int, now: dt.datetime | None = None) -> str:
+    """When a moment ahead (epoch seconds) is, as a sentence ends: 'in about 23 hours', 'in about 40 minutes',
+    'in about 2 days', 'within a minute'."""
+    now = now or dt.datetime.now(dt.timezone.utc)
+    seconds = epoch - now.timestamp()
+    if seconds < 60:
+        return "within a minute"
+    if seconds < 3600:
+        return f"in about {round(seconds / 60)} minutes"
+    if seconds < 48 * 3600:
+        hours = round(seconds / 3600)
+        return f"in about {hours} hour{'' if hours == 1 else 's'}"
+    return f"in about {round(seconds / 86400)} days"
 
 
 def relative_time(text: str, now: dt.datetime | None = None) -> str:

@@ -85,6 +85,16 @@ def main() -> None:
     )
     finish(message)
     session = measure("unpin a chat", lambda: store.set_pinned(USER, pinned, False))
+    # A temporary chat: its TMP# row instead of a sidebar row, so a send moves no row
+    temporary, message = measure(
+        "new temporary chat",
+        lambda: store.create_session(USER, "not kept", system_prompt_id="default-v1", temporary_hours=24),
+    )
+    finish(message)
+    measure(
+        "send in a temporary chat",
+        lambda: store.send_message(USER, temporary, "still not kept", system_prompt_id="default-v1"),
+    )
     view = measure("open (meta + 20 turns)", lambda: store.open_session(USER, session.session_id))
     assert len(view.messages) == 20
     session, message = store.send_message(USER, session, "one more", system_prompt_id="default-v1")
@@ -200,6 +210,8 @@ def main() -> None:
         "sidebar (20 sessions, 1 pinned)": (1, "Query", 0, 1),
         "send in a pinned chat": (1, "TransactWriteItems", 6, 0),  # the pinned row is updated in place
         "unpin a chat": (1, "TransactWriteItems", 6, 0),
+        "new temporary chat": (1, "TransactWriteItems", 8, 0),  # meta, TMP# row, question, registry
+        "send in a temporary chat": (1, "TransactWriteItems", 4, 0),  # the question and the meta: no row moves
         "share: create (1 turn)": (1, "TransactWriteItems", 6, 0),  # head, one part, the owner's link record
         "share: open by token": (2, "Query+UpdateItem", 1, 1),  # the snapshot, consistent; ADD view_count
         "share: list (1 live link)": (2, "Query+BatchGetItem", 0, 1.5),  # the links; the live heads' view counts

@@ -527,6 +527,9 @@ class ChatPage(LiveTurns, Steering):
                 icon=":material/schedule:",
             )
         near_limit_line(self.svc, self.me)  # past 80% of a spend limit: one short line, no request
+        session = self.view.session
+        if session is not None and session.temporary:  # said beside the box too: a long chat scrolls its header away
+            st.caption(f":material/timer: Temporary chat: not in your chats, deleted {ui.until(session.expire_at)}.")
         typed = st.chat_input("Ask anything…", key=COMPOSER, on_submit=self._refuse_type_ahead)
         question = typed or suggested
         if question:

@@ -21,7 +21,8 @@ if me.user_id not in svc.settings.admin_ids:
     st.stop()
 
 st.caption(
-    "Every admin command (`python -m lib.admin`) and admin page view, newest first. Records are kept "
+    "Every admin command (`python -m lib.admin`), admin page view, spend-limit change and share link made, viewed "
+    "or revoked, newest first. Records are kept "
     f"{svc.settings.audit_days} days (CHAT_AUDIT_DAYS). Opening a range here is recorded too."
 )
 today = dt.datetime.now(dt.timezone.utc).date()

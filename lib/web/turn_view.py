@@ -307,9 +307,10 @@ LINKED = "linked-"  # the key prefix of the container a link (Search) opened the
 # later at best. This script watches the page for a linked turn's container (a MutationObserver: it runs before the
 # browser paints what was inserted) and pins it under the header from its first frame; meanwhile the container
 # ignores scrollTop writes (the chat's own scrolling; scrollIntoView and the reader's scrolling are not such writes).
-# Once the page has left the turn in place for a second, it stops the chat's stickiness the way a reader does (its
-# animation cancelled by a wheel, then a scroll on a page that no longer grows) and gives the container back when no
-# write comes any more. A reader's own scroll, touch, click or key ends the pinning at once; a new question sent
+# Once the app's run has ended (no running indicator, no placeholder still loading: what is still drawn may land above
+# the turn) and the page has left the turn in place for a second, it stops the chat's stickiness the way a reader does
+# (its animation cancelled by a wheel, then a scroll on a page that no longer grows) and gives the container back when
+# no write comes any more. A reader's own scroll, touch, click or key ends the pinning at once; a new question sent
 # scrolls to the bottom, which the chat then follows again. It is installed once per browser tab, from the sidebar
 # of every page (so it is there before a Search result's chat draws); a newer Streamlit that scrolls another way
 # would only bring back the old fight (tests/test_browser_firsttime.py shows it). Our own constant script: nothing a
@@ -319,8 +320,9 @@ _WATCH = """<script>(() => {
   window.__linkedTurns = true;
   const native = Object.getOwnPropertyDescriptor(Element.prototype, "scrollTop");
   const seen = new WeakSet();
-  let pin = null;  // the turn being pinned: {turn, started, pinning, pinned, quiet, wrote, nudged, step, held}
+  let pin = null;  // the turn being pinned: {turn, started, pinning, quiet, wrote, nudged, step, held}
   const scroller = () => document.querySelector('[data-testid="stAppScrollToBottomContainer"]');
+  const busy = () => !!document.querySelector('[data-testid="stStatusWidget"], [data-testid="stSkeleton"]');
   const release = () => { if (pin && pin.held) { delete pin.held.scrollTop; pin.held = null; } };
   const stop = () => { release(); pin = null; };
   const hold = (box) => {
@@ -338,19 +340,25 @@ _WATCH = """<script>(() => {
     const box = scroller();
     if (!pin || !box || !pin.turn.isConnected) return stop();
     hold(box);
+    if (!pin.pinning) return;
+    // Where the turn belongs: 4.5rem under the top of the scroll container. Until the turns below it are drawn the
+    // page may be too short to bring it there; it is placed again whenever it is off that line and the page can
+    // move it (above it, or below it with room left to scroll).
+    const margin = 4.5 * parseFloat(getComputedStyle(document.documentElement).fontSize);
+    const goal = box.getBoundingClientRect().top + margin;
     const top = pin.turn.getBoundingClientRect().top;
-    if (pin.pinning && (pin.pinned === null || Math.abs(top - pin.pinned) > 3)) {
-      pin.turn.style.scrollMarginTop = "4.5rem";
-      pin.turn.scrollIntoView({block: "start"});
-      pin.pinned = pin.turn.getBoundingClientRect().top;
-      pin.quiet = performance.now();
-    }
+    const room = box.scrollHeight - native.get.call(box) - box.clientHeight > 1;
+    if (Math.abs(top - goal) <= 3 || (top > goal && !room)) return;
+    pin.turn.style.scrollMarginTop = "4.5rem";
+    pin.turn.scrollIntoView({block: "start"});
+    pin.quiet = performance.now();
   };
   const tick = () => {
     if (!pin) return;
     place();
     if (!pin) return;
     const now = performance.now(), box = pin.held;
+    if (busy()) pin.quiet = now;  // still drawing: keep pinning
     if (box.scrollHeight - native.get.call(box) - box.clientHeight < 2 && !pin.pinning) return stop();
     if (now - pin.started > 60000) return stop();
     if (now - pin.quiet > 1000 && now - pin.nudged > 300) {
@@ -368,7 +376,7 @@ _WATCH = """<script>(() => {
       seen.add(turn);
       stop();
       const now = performance.now();
-      pin = {turn, started: now, pinning: true, pinned: null, quiet: now, wrote: 0, nudged: 0, step: 1, held: null};
+      pin = {turn, started: now, pinning: true, quiet: now, wrote: 0, nudged: 0, step: 1, held: null};
       place();
       requestAnimationFrame(tick);
     }

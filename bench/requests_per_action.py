@@ -99,9 +99,6 @@ def main() -> None:
     assert len(view.messages) == 20
     session, message = store.send_message(USER, session, "one more", system_prompt_id="default-v1")
     measure("fail", lambda: store.fail_message(USER, message, output_body="partial", error="overloaded"))
-    # What the model saw, as the turn item stores it: at turn 3 (instructions, 2 turns, the question) and at
-    # turn 300 (19 memories, the summary, 8 recalled turns, the ~160 newest turns that fit): a bounded record,
-    # so a 0.5 KB answer's finish costs the same at both (lib/storage/seen.py).
     # What the model saw, as the turn item stores it: a new chat's turn 3 (instructions, 2 turns, the question),
     # and turns 30 and 300 of a long one (19 memories, the summary, 8 recalled turns, the newest turns that fit:
     # 20 and 160). The record is bounded (lib/storage/seen.py): a 0.5 KB answer's finish costs the same at 300
@@ -142,6 +139,19 @@ def main() -> None:
     measure(
         "edit the newest question (4 KB turn)",
         lambda: store.versions.regenerate(USER, newest, question="regenerate me, shorter", newest_of=session),
+    )
+    # An Edit of an older question branches (lib/turn/branches.py): a new chat with a copy of the answered turns
+    # before it (a create, then a send per further turn, each finished), then the edited question's send as above.
+    from lib.turn.branches import copy_into_branch
+
+    origin, m = store.create_session(USER, "branch me", system_prompt_id="default-v1")
+    turns = [finish(m)]
+    for question in ("and then?", "and after that?"):
+        origin, m = store.send_message(USER, origin, question, system_prompt_id="default-v1")
+        turns.append(finish(m))
+    measure(
+        "branch: copy the 2 turns before an edited question (4 KB turns)",
+        lambda: copy_into_branch(store, None, USER, origin, turns[2], turns[:2]),
     )
     from lib.storage.memories import MemoryStore
 
@@ -189,6 +199,52 @@ def main() -> None:
     measure("move a chat to another project", lambda: store.projects.move_chat(USER, in_project, other.project_id))
     made = measure("project: edit instructions", lambda: store.projects.edit(USER, made, made.name, "Use Postgres."))
     measure("project: rename", lambda: store.projects.edit(USER, made, "Q3 cut-over", made.instructions))
+    # Past the first page of the project list (a page of 1 here: the same Query as past 100)
+    first_page = store.projects.list_page(USER, limit=1)
+    measure("project: list, next page", lambda: store.projects.list_page(USER, cursor=first_page.cursor, limit=1))
+    # Deleting a project: its 2 chats are kept, each moved out in its own transaction (docs/projects.md)
+    going = store.projects.create(USER, "Going")
+    for question in ("first", "second"):
+        store.create_session(USER, question, system_prompt_id="default-v1", project_id=going.project_id)
+    measure("project: delete (2 chats kept)", lambda: store.projects.delete(USER, going.project_id))
+    measure("share: remove a revoked link", lambda: shares.remove(USER, link))
+
+    # The cold tier (docs/archive.md), on a chat of 3 turns of 4 KB: archive it (read, put, verify, mark, delete),
+    # then open it (restored: the items put back, the mark cleared, the object deleted, then the usual open).
+    from lib.storage.objects import MemoryObjects, ObjectStore
+
+    store.archive.objects = ObjectStore(MemoryObjects(), meter)
+    cold, message = store.create_session(USER, "archive me", system_prompt_id="default-v1")
+    finish(message)
+    for _ in range(2):
+        cold, message = store.send_message(USER, cold, "and then?", system_prompt_id="default-v1")
+        finish(message)
+    measure(
+        "archive a chat (3 turns of 4 KB)",
+        lambda: store.archive.archive_chat(USER, cold.session_id, cold.last_message_time),
+    )
+    measure("open an archived chat (3 turns of 4 KB)", lambda: store.open_session(USER, cold.session_id))
+
+    # Files attached to a question (docs/attachments.md): each file's bytes, and a PDF's extracted text, are put
+    # before the send's usual one transaction; the turn item holds their records (the k files' records: its WRU).
+    from lib.storage.objects import MemoryObjects, ObjectStore
+    from lib.turn.attachments import prepare
+
+    store.attachments.objects = ObjectStore(MemoryObjects(), meter)
+    with_files, message = store.create_session(USER, "attach here", system_prompt_id="default-v1")
+    finish(message)
+    from tests.test_attachments import make_pdf  # a one-page PDF written by hand
+
+    pdf = make_pdf(("The spec: ship the cut-over on Friday.",))
+    files = prepare([("notes.md", b"# Notes\n" * 64), ("spec.pdf", pdf)], max_bytes=10 * 2**20, max_count=5)
+    with_files, message = measure(
+        "send with 2 files (a text file, a PDF)",
+        lambda: store.send_message(USER, with_files, "compare them", system_prompt_id="default-v1", attachments=files),
+    )
+    measure(
+        "download an attached file",
+        lambda: store.attachments.read(USER, with_files.session_id, message.attachments[0], action="attachment"),
+    )
 
     budget = {
         "sidebar (20 sessions)": (1, "Query", 0, 1),
@@ -204,6 +260,8 @@ def main() -> None:
         "regenerate (4 KB turn)": (1, "TransactWriteItems", 16, 0),
         "switch version (4 KB turns)": (2, "GetItem+TransactWriteItems", 16, 1),
         "edit the newest question (4 KB turn)": (1, "TransactWriteItems", 12, 0),  # the check of the meta: 2
+        # a new chat (8) and a send (8), each finished as a 4 KB turn (5 each: the copy mark is on the item)
+        "branch: copy the 2 turns before an edited question (4 KB turns)": (4, "TransactWriteItems+UpdateItem", 26, 0),
         "save custom instructions": (1, "PutItem", 1, 0),
         "rename": (1, "TransactWriteItems", 4, 0),
         "pin a chat": (1, "TransactWriteItems", 6, 0),  # the meta's pin, the old row deleted, the pinned row put
@@ -224,9 +282,30 @@ def main() -> None:
         "send in a project chat": (1, "TransactWriteItems", 12, 0),  # + the project's chat row moved (Delete, Put)
         "project: open its chats": (1, "Query", 0, 1),
         "project: move up the list": (1, "TransactWriteItems", 6, 0),  # at most once a minute per project
-        "move a chat to another project": (1, "TransactWriteItems", 8, 0),  # meta, old row, new row, check
+        # meta, the sidebar row's project label, old row, new row, check
+        "move a chat to another project": (1, "TransactWriteItems", 10, 0),
+        "project: list, next page": (1, "Query", 0, 1),
+        # the mark; a Query; per chat 1 GetItem and 1 move out (meta, label, row: 6 WRU); a Query; meta and row
+        "project: delete (2 chats kept)": (8, "UpdateItem+Query+GetItem+TransactWriteItems", 17, 4),
+        "share: remove a revoked link": (1, "DeleteItem", 1, 0),
         "project: edit instructions": (1, "UpdateItem", 1, 0),
         "project: rename": (1, "TransactWriteItems", 4, 0),  # the meta and the row's copy of the name
+        # 3 PutObjects (the text file; the PDF and its text), then the send's transaction: the 2 records make the
+        # question's item 1.5 KB (2 WRU instead of 1, doubled in a transaction: 10 instead of 8)
+        "send with 2 files (a text file, a PDF)": (4, "PutObject+TransactWriteItems", 10, 0),
+        "download an attached file": (1, "GetObject", 0, 0),
+        # the partition Query, PutObject, GetObject (verify), the meta marked, one transaction: the meta's
+        # ConditionCheck (2) and 3 Deletes of 4 KB items, each conditional on the item being as archived (8 each)
+        "archive a chat (3 turns of 4 KB)": (5, "Query+PutObject+GetObject+UpdateItem+TransactWriteItems", 27, 4),
+        # the open's Query finds the mark; GetObject; the pointer flagged "restoring" (1: no deletion of an
+        # archive commits after it); the items put back (2 + 3 x 8); the mark cleared (1); DeleteObject; the
+        # open's Query again
+        "open an archived chat (3 turns of 4 KB)": (
+            7,
+            "Query+GetObject+UpdateItem+TransactWriteItems+DeleteObject",
+            28,
+            5,
+        ),
     }
     rows, ok = [], True
     for action, (requests, operation, wru, rru) in budget.items():

@@ -9,6 +9,7 @@ from lib import logs
 from lib.config import Settings
 from lib.database import create_aws_database
 from lib.errors import ChatError, ConfigError, InvalidUserId
+from lib.ops import archive as archive_commands
 from lib.ops import audited, context_commands, search_commands
 from lib.ops import commands as data_care
 from lib.storage import keys
@@ -58,6 +59,8 @@ def main(argv: list[str] | None = None) -> int:
     context_commands.register(commands)
     # Semantic search: search, add-vector-index, reindex (lib/ops/search_commands.py).
     search_commands.register(commands)
+    # The cold tier: archive (lib/ops/archive.py, docs/archive.md).
+    archive_commands.register(commands)
     seed = commands.add_parser("seed-demo", help="fill the table with a few weeks of demo chats and usage")
     seed.add_argument("--days", type=int, default=21)
     seed.add_argument("--allow-aws", action="store_true", help="required to seed a table on AWS")
@@ -95,6 +98,8 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
         return context_commands.run(args, settings)
     if args.command in search_commands.NAMES:
         return search_commands.run(args, settings)
+    if args.command in archive_commands.NAMES:
+        return archive_commands.run(args, settings)
     if args.command == "create-table":
         try:
             print(create_aws_table(settings))

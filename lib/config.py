@@ -40,6 +40,16 @@ SETTINGS: dict[str, tuple[str, str]] = {
         "2097152",
         "Longest question, in bytes of UTF-8 text, where there is an object store (2 MB); a longer one is refused.",
     ),
+    "CHAT_MAX_ATTACHMENT_BYTES": (
+        "10485760",
+        "Largest file attached to a question, in bytes (10 MB; docs/attachments.md); a larger one is refused.",
+    ),
+    "CHAT_MAX_ATTACHMENTS": ("5", "Most files attached to one question (docs/attachments.md)."),
+    "CHAT_PDF_TEXT_TIMEOUT_S": (
+        "20",
+        "Seconds one attached PDF's text may take to read (in a child process, killed past this); a PDF not read "
+        "in time is refused and nothing is stored (docs/attachments.md).",
+    ),
     "CHAT_CURSOR_SECRET": (
         "",
         "Key that signs page cursors; random per process when unset (local only: required with "
@@ -290,6 +300,9 @@ class Settings:
     bucket_endpoint: str = ""
     objects_dir: str = ""
     max_question_bytes: int = 2097152
+    max_attachment_bytes: int = 10485760  # docs/attachments.md
+    max_attachments: int = 5
+    pdf_text_timeout_s: float = 20.0  # docs/attachments.md
     price_bucket_put_per_k: float = 0.005
     price_bucket_get_per_k: float = 0.0004
     price_bucket_gb_month: float = 0.023
@@ -367,6 +380,12 @@ class Settings:
             raise ConfigError(f"CHAT_SHARING must be 'on' or 'off', not {values['sharing']!r}.")
         if values["max_question_bytes"] < 1024:
             raise ConfigError("CHAT_MAX_QUESTION_BYTES must be at least 1024.")
+        if values["max_attachment_bytes"] < 1024 or values["max_attachments"] < 1:
+            raise ConfigError("CHAT_MAX_ATTACHMENT_BYTES must be at least 1024 and CHAT_MAX_ATTACHMENTS at least 1.")
+        if values["pdf_text_timeout_s"] <= 0:
+            raise ConfigError(
+                "CHAT_PDF_TEXT_TIMEOUT_S must be more than 0 (seconds one attached PDF may take to read)."
+            )
         if values["ledger_flush_s"] < 30:
             raise ConfigError("CHAT_LEDGER_FLUSH_S must be at least 30 seconds.")
         return cls(**values)

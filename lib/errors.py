@@ -112,6 +112,15 @@ class EmptyQuestion(ChatError):
     """A question with no text: nothing was committed."""
 
 
+class BranchNotAsked(ChatError):
+    """A branch was made (its earlier turns copied) but its edited question was refused (`reason`, a ChatError);
+    the page opens the branch (`session_id`) with the question kept in its box."""
+
+    def __init__(self, session_id: str, reason: ChatError):
+        super().__init__(f"The branch was made, but your edited question was not sent: {reason}")
+        self.session_id, self.reason = session_id, reason
+
+
 class ImportRefused(ChatError):
     """The file is not one the import command can import whole; nothing was written."""
 
@@ -167,3 +176,13 @@ class ProjectNotFound(ChatError):
 
 class InvalidProject(ChatError):
     """A project name must be 1 to 80 characters of plain text and its instructions at most 4,000."""
+
+
+class ArchiveUnavailable(ChatError):
+    """An archived chat's object is missing, damaged (checksum mismatch) or cannot be read now: the chat stays
+    archived and nothing is deleted."""
+
+
+class AttachmentRefused(ChatError):
+    """A file attached to a question was refused (too large, too many, a type this app does not read, an
+    encrypted or malformed PDF, a compressed bomb): nothing was stored and the typed question is kept."""

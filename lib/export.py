@@ -171,7 +171,11 @@ def to_markdown(session: Session, messages: list[Message]) -> str:
     lines = [f"# {session.title}", "", f"Started {readable_time(session.create_time)} · {count}", ""]
     for number, m in enumerate(messages, 1):
         lines += [f"## Turn {number} · {readable_time(m.create_time)}", "", "**You**", ""]
-        lines += [_inert(typed_markdown(m.input_body)), "", "**Assistant**", ""]
+        lines += [_inert(typed_markdown(m.input_body)), ""]
+        if m.attachments:  # names and sizes; export-user's zip holds the files themselves (docs/attachments.md)
+            listed = ", ".join(f"{a.name} ({a.size:,} bytes)" for a in m.attachments)
+            lines += [_inert(f"_Attached: {listed}_"), ""]
+        lines += ["**Assistant**", ""]
         lines.append(_inert(m.output_body) if m.output_body else "_(no answer)_")
         outcome = _outcome(m)
         if outcome:

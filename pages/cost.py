@@ -8,10 +8,10 @@ import streamlit as st
 
 from lib.errors import StoreUnavailable
 from lib.storage import keys
-from lib.usage import costs, readable
+from lib.usage import costs
 from lib.usage.pricing import Prices
 from lib.usage.readable import headline_money, money, number, percent
-from lib.web import audit_view, limits_view, ui
+from lib.web import audit_view, cost_view, limits_view, ui
 from lib.web.bootstrap import start_page
 
 start = start_page("Usage & cost")
@@ -151,34 +151,23 @@ with ui.errors_shown():
         chart_col.subheader("DynamoDB $ per day", anchor=False)
         frame = costs.daily_dynamodb_by_category(buckets, prices, days)
         chart_col.vega_lite_chart(frame, costs.daily_dynamodb_chart(frame, days), width="stretch")
-        tokens_col.subheader("Tokens per day, by model", anchor=False)
-        frame = costs.daily_tokens_by_model(buckets, days)
+        # The search index's embedding model is counted apart from the chat models (lib/web/cost_view.py).
+        embedders = cost_view.embedding_models(buckets, settings.embed_model)
+        tokens_col.subheader("Chat tokens per day, by model", anchor=False)
+        frame = costs.daily_tokens_by_model(cost_view.chat_only(buckets, embedders), days)
         tokens_col.vega_lite_chart(frame, costs.daily_tokens_chart(frame, days), width="stretch")
+        note = cost_view.embedding_note(buckets, embedders, prices)
+        if note:
+            tokens_col.caption(note)
 
-        counts = st.column_config.NumberColumn(format="localized")
         tables = {"By action": costs.by_action(buckets, prices)}
         if is_admin:
             tables["By user"] = costs.by_user(buckets, prices)
-        tables["By model"] = costs.by_model(buckets, prices)
+        tables["By model"] = cost_view.with_use(costs.by_model(buckets, prices), embedders, prices)
         for name, table in tables.items():
             st.subheader(name, anchor=False)
-            config = {c: counts for c in table.columns if table[c].dtype.kind in "if"}
-            config.update(
-                {
-                    c: st.column_config.NumberColumn(format=readable.money_column_format(table[c]))
-                    for c in table.columns
-                    if "$" in c
-                }
-            )
-            if "Share %" in table:
-                config["Share %"] = st.column_config.NumberColumn(format="%.1f%%")
-            # A $ cell without a price (vector bytes, a model missing from the price list) says "unknown", never
-            # "None" or $0: such a column is shown as text (the table draws any missing number as "None").
-            shown = table.copy()
-            for column in [c for c in table.columns if "$" in c and table[c].isna().any()]:
-                fmt = readable.money_column_format(table[column])
-                shown[column] = ["unknown" if v != v else fmt % v for v in table[column]]
-                config[column] = st.column_config.TextColumn(column)
+            # Dollars as the captions write them (one rounding rule); the CSV below has the exact amounts.
+            shown, config = cost_view.shown_table(table)
             st.dataframe(shown, hide_index=True, width="stretch", column_config=config)
 
         st.subheader("Download (CSV)", anchor=False)

@@ -10,8 +10,9 @@ from lib.web.bootstrap import start_page
 
 start = start_page("Shared chat")  # a viewer who is not signed in stops here: a share is never shown anonymously
 svc, me = start.svc, start.me
-ui.sidebar(svc, me, ui.chat_view(me.user_id))
 token = st.query_params.get("t")
+# viewing a colleague's chat is not the "Shared links" page: its menu entry is not highlighted then
+ui.sidebar(svc, me, ui.chat_view(me.user_id), not_here=share_view.PAGE if token is not None else None)
 if token is None:
     share_view.links_page(svc, me)
 else:

@@ -247,3 +247,19 @@ class TestCommands:
 @pytest.fixture
 def db_ops(client, table, meter) -> Operator:
     return Operator(client, table, meter)
+
+
+class TestTheDeployedRoleCannotChangeARecord:
+    @pytest.mark.parametrize("role_name", ["TaskRole", "ArchiveTaskRole"])
+    def test_each_role_denies_changing_or_deleting_any_item_of_an_audit_partition(self, role_name):
+        from tests.deploy_helpers import load_template
+
+        role = load_template()["Resources"][role_name]["Properties"]
+        statements = role["Policies"][0]["PolicyDocument"]["Statement"]
+        (deny,) = [s for s in statements if isinstance(s, dict) and s.get("Sid") == "AuditAppendOnly"]
+        assert deny["Effect"] == "Deny"
+        assert set(deny["Action"]) == {"dynamodb:DeleteItem", "dynamodb:UpdateItem", "dynamodb:BatchWriteItem"}
+        assert deny["Resource"] == {"Fn::GetAtt": ["ChatTable", "Arn"]}
+        # Every audit partition, by its key prefix; the app's own writes of a record (PutItem) stay allowed.
+        assert deny["Condition"] == {"ForAnyValue:StringLike": {"dynamodb:LeadingKeys": [keys.AUDIT_PREFIX + "*"]}}
+        assert keys.audit_pk("2026-11-30").startswith(keys.AUDIT_PREFIX) and "dynamodb:PutItem" not in deny["Action"]

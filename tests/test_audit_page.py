@@ -120,6 +120,29 @@ class TestAdmin:
         assert not at.dataframe and faults.attempts.get("Query", 0) <= 1  # the sidebar's Query only
 
 
+class TestReadableTargets:
+    def test_ids_read_as_their_kind_and_a_short_id_and_the_full_id_stays_beside(self, services, monkeypatch, downloads):
+        monkeypatch.setenv("CHAT_ADMINS", DEV)
+        link, chat = keys.new_id(), keys.new_id()
+        services.audit.record("ann@example.com", "share.create", link, detail={"session_id": chat, "turns": 2})
+        services.audit.record("cli:root", "admin.context", "bob@example.com", detail={"session": chat})
+        services.audit.record(DEV, "limits.set", "Group eng", detail={"scope": "group", "day": "20"})
+        services.audit.record("cli:root", "admin.retention", "all-users", detail={"older_than": 30})
+        at = page("pages/audit.py")
+        rows = {r["Action"]: r for r in at.dataframe[0].value.to_dict("records")}
+        assert rows["share.create"]["Target"] == f"share link …{link[-6:]} of chat …{chat[-6:]}"
+        assert rows["share.create"]["Target id"] == link
+        assert rows["admin.context"]["Target"] == f"chat …{chat[-6:]} of bob@example.com"
+        assert rows["limits.set"]["Target"] == "spend limit: Group eng"
+        assert rows["admin.retention"]["Target"] == "every user"
+        assert rows["audit.view"]["Target"].startswith("audit records, ") and " to " in rows["audit.view"]["Target"]
+        at.text_input[2].set_value(link).run()  # the full id finds the record whose target shows it short
+        assert list(at.dataframe[0].value["Action"]) == ["share.create"]
+        (text,) = downloads.values()
+        (row,) = [r for r in csv.DictReader(io.StringIO(text)) if r["Action"] == "share.create"]
+        assert row["Target id"] == link and row["Target"].startswith("share link …")
+
+
 class TestCostPage:
     def test_an_admins_view_of_everyone_is_recorded_once_per_range(self, services, monkeypatch):
         monkeypatch.setenv("CHAT_ADMINS", DEV)

@@ -108,6 +108,16 @@ def page(browser):
     return browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
 
 
+def idle(page):
+    """The app's run has ended (Streamlit's 'running' widget is gone) and lazy elements have loaded: what is drawn
+    is this run's, none of it faded."""
+    page.wait_for_function(
+        "!document.querySelector(\"[data-testid='stStatusWidget']\") && "
+        "!document.querySelector(\"[data-testid='stSkeleton']\")",
+        timeout=HANG_MS,
+    )
+
+
 def prepared(script: str) -> list[str]:
     """Run a preparation script in its own process (it writes a data folder the app then serves, and prints ids)."""
     done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=HANG_S)

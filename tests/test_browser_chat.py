@@ -15,6 +15,7 @@ from tests.test_browser import (
     ask,
     browser,  # noqa: F401 (the fixture)
     serve_app,
+    type_question,
 )
 
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (.ci/run installs it)")
@@ -125,14 +126,15 @@ def test_a_100_kb_answer_streams_and_the_page_then_equals_the_reopened_chat(clau
     reopened.get_by_text("out tokens").nth(1).wait_for(timeout=HANG_MS)
     # reopened, a long answer shows its beginning and "Show all"; shown all, it is the streamed page exactly
     reopened.get_by_role("button", name="Show all").click()
-    reopened.get_by_role("button", name="Show less").wait_for(timeout=HANG_MS)
+    reopened.get_by_role("button", name="Show less").first.wait_for(timeout=HANG_MS)
     reopened.wait_for_function(
         "!document.querySelector(\"[data-testid='stStatusWidget']\") && "
         "!document.querySelector(\"[data-testid='stSkeleton']\")",
         timeout=HANG_MS,
     )
     shown_all = reopened.locator(MESSAGES).nth(3).inner_text()
-    assert shown_all.replace("unfold_less\n\nShow less\n\n", "", 1) == streamed  # the toggle it has, less
+    assert shown_all.count("Show less") == 2  # at its start and at its end
+    assert shown_all.replace("unfold_less\n\nShow less\n\n", "") == streamed  # the toggles it has, less
     assert not page.errors and not reopened.errors
 
 
@@ -170,7 +172,7 @@ def test_pathological_markdown_is_shown_plain_and_the_page_stays_usable(app_url,
     question = page.locator(MESSAGES).first
     assert question.get_by_text("Shown as plain text").count() == 1  # a long question shows its start
     question.get_by_role("button", name="Show all").click()
-    question.get_by_role("button", name="Show less").wait_for(timeout=HANG_MS)
+    question.get_by_role("button", name="Show less").first.wait_for(timeout=HANG_MS)
     page.wait_for_function("!document.querySelector(\"[data-testid='stSkeleton']\")")
     assert question.get_by_text("Shown as plain text").count() == 2
     assert question.locator("[data-testid='stCode']").count() == 2
@@ -206,3 +208,70 @@ def test_what_the_model_saw_lists_the_parts_of_the_prompt(app_url, browser):
     page.get_by_text("tokens in all").wait_for(timeout=HANG_MS)
     page.screenshot(path=str(ARTIFACTS / "chat-what-the-model-saw.png"), full_page=True)
     assert not [e for e in page.errors if "favicon" not in e]
+
+
+def test_on_a_phone_picking_a_chat_in_the_sidebar_closes_it_and_shows_the_chat(app_url, browser):
+    page = new_page(browser, 390, 844)
+    for question in ("First chat about sort keys", "Second chat about partitions"):
+        ask(page, app_url, question)
+        page.get_by_text("out tokens").first.wait_for(timeout=HANG_MS)
+    sidebar = page.locator("[data-testid='stSidebar']")
+    page.locator("[data-testid='stExpandSidebarButton']").click()
+    row = sidebar.get_by_role("button", name="First chat about sort keys")
+    row.wait_for(timeout=HANG_MS)
+    assert not sidebar.get_by_text("Keys: Esc").is_visible()  # a phone has no keyboard shortcuts to list
+    row.click()
+    page.wait_for_function(
+        "document.querySelector(\"[data-testid='stSidebar']\").getAttribute('data-collapsed') === 'true'",
+        timeout=HANG_MS,
+    )
+    page.locator(MESSAGES).filter(has_text="First chat about sort keys").first.wait_for(timeout=HANG_MS)
+    page.screenshot(path=str(ARTIFACTS / "phone-chat-picked.png"))
+    assert page.locator(MESSAGES).filter(has_text="Second chat about partitions").count() == 0
+
+
+# Every frame while an answer is written, from the first frame the Stop button is in sight above the question box
+# (the frames before that are the page catching up with the newly drawn turn): how far its bottom is below the box.
+WATCH_STOP = """
+window.__stopBelow = [];
+const frame = () => {
+  const stop = document.querySelector('div[class*="st-key-stop-"] button');
+  const box = document.querySelector("[data-testid='stChatInput']");
+  if (stop && box) {
+    const below = stop.getBoundingClientRect().bottom - box.getBoundingClientRect().top;
+    if (window.__stopBelow.length || below <= 0) window.__stopBelow.push(below);
+  }
+  requestAnimationFrame(frame);
+};
+requestAnimationFrame(frame);
+"""
+
+
+@pytest.mark.parametrize("width, height", [(1366, 900), (390, 844)])
+def test_the_stop_button_stays_above_the_question_box_while_a_long_answer_grows(
+    claude_app, fake_model, browser, width, height
+):
+    page = new_page(browser, width, height)
+    ask(page, claude_app, "A short question first")
+    answered(page)
+    fake_model.enqueue(Behaviour("text", chunks=chunks_of(long_answer(20_000)), chunk_delay_s=0.02, streamed_only=True))
+    page.evaluate(WATCH_STOP)
+    type_question(page, "Now write me a long design document")
+    page.get_by_text("out tokens").nth(1).wait_for(timeout=HANG_MS)
+    below = page.evaluate("window.__stopBelow")
+    assert below, "the Stop button was never drawn"
+    assert max(below) <= 0, f"the Stop button went {max(below):.0f} px under the question box"
+
+
+def test_on_a_phone_a_tap_on_stop_stops_the_answer_while_it_streams(tmp_path, browser):
+    with serve_app(tmp_path, CHAT_DEMO_DELAY="0.2") as url:  # an answer of about 30 s: Stop lands mid-answer
+        page = new_page(browser, 390, 844)
+        ask(page, url, "Write a long design document")
+        page.get_by_text("You asked").first.wait_for(timeout=HANG_MS)  # streaming: the page moves as it grows
+        box = page.get_by_role("button", name="Stop").bounding_box()
+        page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+        page.mouse.down()  # pressed where it is now and held as long as a finger is, while the page moves on
+        page.wait_for_timeout(250)
+        page.mouse.up()
+        page.get_by_text("Stopped before the answer was complete.").wait_for(timeout=HANG_MS)
+        assert page.get_by_role("button", name="Stop").count() == 0

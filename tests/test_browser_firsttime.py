@@ -9,6 +9,7 @@ from tests.test_browser import (
     CHROMIUM,
     HANG_MS,
     browser,  # noqa: F401 (the fixture)
+    idle,
     prepared,
     serve_app,
     type_question,
@@ -21,15 +22,6 @@ MESSAGES = "[data-testid='stChatMessage']"
 
 def new_page(browser, width=1366, height=900):
     return browser.new_context(viewport={"width": width, "height": height}).new_page()
-
-
-def idle(page):
-    """The app's run has ended (Streamlit's 'running' widget is gone) and lazy elements have loaded."""
-    page.wait_for_function(
-        "!document.querySelector(\"[data-testid='stStatusWidget']\") && "
-        "!document.querySelector(\"[data-testid='stSkeleton']\")",
-        timeout=HANG_MS,
-    )
 
 
 def test_a_pasted_traceback_shows_as_typed_in_the_chat_and_after_a_reload(tmp_path, browser):

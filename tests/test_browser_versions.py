@@ -1,4 +1,5 @@
-"""Steering a conversation in Chromium: Regenerate with versions, Edit the newest question, and the keyboard."""
+"""Steering a conversation in Chromium: Regenerate with versions, Edit the newest question, an older one in a
+branch, and the keyboard."""
 
 import pytest
 
@@ -9,6 +10,7 @@ from tests.test_browser import (  # noqa: F401 (fixtures)
     app_url,
     ask,
     browser,
+    idle,
     page,
 )
 
@@ -52,6 +54,40 @@ def test_edit_the_newest_question_and_send_it_again(app_url, page):
     page.get_by_text("2 / 2").wait_for(timeout=HANG_MS)
     assert page.locator(MESSAGES).count() == 2  # the same turn, not a second one
     page.screenshot(path=str(ARTIFACTS / "chat-edited.png"))
+
+
+@pytest.mark.parametrize("app_url", [0.01], indirect=True)
+def test_edit_an_older_question_in_a_branch_and_go_back_to_the_original(app_url, page):
+    ask(page, app_url, "What is a partition key")
+    saved(page)
+    for n, question in enumerate(["And a sort key?", "Give an example"], start=2):
+        box = page.locator("[data-testid='stChatInput'] textarea")
+        box.fill(question)
+        box.press("Enter")
+        saved(page, n)
+    original = page.url
+    page.get_by_role("button", name="Edit").nth(1).click()  # under the second question
+    page.get_by_label("Edit your question").fill("And a local secondary index?")
+    page.get_by_role("button", name="Send in a new branch").click()
+    page.get_by_text("A branch: the turns before an edited question were copied").wait_for(timeout=HANG_MS)
+    page.locator(MESSAGES).filter(has_text="And a local secondary index?").first.wait_for(timeout=HANG_MS)
+    page.locator("[data-testid='stSidebar']").get_by_role("button", name="What is a partition key (branch)").wait_for(
+        timeout=HANG_MS
+    )
+    page.get_by_text("Copied from the original chat when this branch was made").wait_for(timeout=HANG_MS)
+    page.wait_for_function(f'document.querySelectorAll("{MESSAGES}").length === 4', timeout=HANG_MS)
+    saved(page)  # the edited question's answer (the copied turn shows no token figures)
+    idle(page)
+    page.screenshot(path=str(ARTIFACTS / "chat-branch.png"))
+    assert page.url != original and page.locator(MESSAGES).count() == 4  # the first turn copied, then the edit
+    assert page.get_by_text("Copied from the original chat when this branch was made").count() == 1
+    assert page.locator(MESSAGES).filter(has_text="Give an example").count() == 0
+    page.get_by_role("button", name="Open the original chat").click()
+    page.locator(MESSAGES).filter(has_text="Give an example").first.wait_for(timeout=HANG_MS)
+    page.locator("div[class*='st-key-linked-']").first.wait_for(timeout=HANG_MS)  # at the question edited
+    idle(page)
+    assert page.locator(MESSAGES).count() == 6
+    page.screenshot(path=str(ARTIFACTS / "chat-branch-original.png"))
 
 
 @pytest.mark.parametrize("app_url", [0.1], indirect=True)

@@ -166,8 +166,8 @@ class TestAdmin:
         numbers = table.drop(columns=["Action", "Category"])
         # The demo's vector bytes are priced nowhere: "unknown" where there are bytes (never "None" or $0).
         assert ((numbers["Vector $"] == "unknown") == (numbers["Vector bytes"] > 0)).all()
-        assert set(numbers["Vector $"]) - {"unknown"} <= {"$0.00"}
-        numbers = numbers.drop(columns=["Vector $"])
+        assert set(numbers["Vector $"]) - {"unknown"} <= {"$0"}
+        numbers = numbers.drop(columns=[c for c in numbers.columns if "$" in c])  # dollars are text (below)
         assert (numbers.abs().sum() > 0).all(), numbers.columns
         assert "Service-reported requests" not in table and "Modeled write units" not in table  # local: all modeled
 
@@ -193,6 +193,46 @@ class TestAdmin:
         assert hostile["Input tokens (demo)"] == "10" and hostile["Model calls (demo)"] == "1"
         (users,) = [t for n, t in downloads.items() if n.endswith("-by-user.csv")]
         assert {"'" + HYPERLINK, "'" + DDE} <= {r["User"] for r in csv.DictReader(io.StringIO(users))}
+
+
+class TestOneRoundingRuleAndTheEmbedderApart:
+    def test_a_dollar_figure_reads_the_same_in_the_tables_as_in_the_captions(self, seeded, monkeypatch, page_reads):
+        services, _ = seeded
+        monkeypatch.setenv("CHAT_ADMINS", DEV)
+        at = cost_page()
+        buckets, prices = page_reads[-1], page_prices(services)
+        head = costs.headline(buckets, prices)
+        (note,) = [c.value for c in at.caption if "Demo model" in c.value]
+        by_model = table_with(at, "Model")
+        (chat,) = by_model[by_model["Used for"] == "chat"].to_dict("records")
+        # The caption's model total and the one chat model's row are one figure, written the same way.
+        assert f"would cost {readable.money(head.model_cost)}" in note
+        assert chat["Model $"] == readable.money(head.model_cost)
+        by_user = table_with(at, "User")
+        exact = costs.by_user(buckets, prices)
+        money_columns = [c for c in exact.columns if "$" in c]
+        for column in money_columns:
+            assert list(by_user[column]) == [readable.money(v) for v in exact[column]], column
+        (help_text,) = [m.help for m in at.metric if m.label == "DynamoDB"]
+        assert help_text.startswith(readable.money(head.dynamodb_cost) + ":")
+        actions = table_with(at, "Action")
+        exact_actions = costs.by_action(buckets, prices)
+        assert list(actions["DynamoDB $"]) == [readable.money(v) for v in exact_actions["DynamoDB $"]]
+
+    def test_embedding_tokens_are_not_stacked_with_chat_tokens_and_are_named_apart(self, seeded, monkeypatch):
+        services, _ = seeded
+        monkeypatch.setenv("CHAT_ADMINS", DEV)
+        at = cost_page()
+        embedder = services.settings.embed_model
+        tokens = chart_frame(at, 1)
+        assert embedder not in set(tokens["model"]) and "demo" in set(tokens["model"])
+        by_model = table_with(at, "Model")
+        kinds = dict(zip(by_model["Model"], by_model["Used for"]))
+        assert kinds[embedder] == "search index (embeddings)"
+        assert {v for k, v in kinds.items() if k != embedder} == {"chat"}
+        (note,) = [c.value for c in at.caption if c.value.startswith("Not in this chart")]
+        assert embedder in note and "$0: it runs on this server" in note
+        assert [s.value for s in at.subheader if "tokens" in s.value] == ["Chat tokens per day, by model"]
 
 
 def test_tables_offer_no_builtin_csv_export_that_would_skip_the_escaping():

@@ -1,5 +1,6 @@
 """The chat page with the hot tier (CHAT_REDIS_URL) on a real redis-server: a second replica shows the live
-answer, a tab learns of a turn sent elsewhere, a cached chat opens without the Query, Redis down is quiet."""
+answer, a tab learns of a turn sent elsewhere, a cached chat opens without the Query, Redis down is quiet, and
+an answer's versions made and switched on one replica are seen on the other."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import threading
 import pytest
 
 from lib.turn.turns import STOPPED
-from tests.pages import DEV, generations, new_browser, requests_made, send, services, shown_text
+from tests.pages import DEV, generations, new_browser, requests_made, send, services, settle, shown_text
 from tests.redis_server import redis_server  # noqa: F401 (the fixture)
 from tests.turn_helpers import turn_for, wait_for
 
@@ -118,3 +119,33 @@ def test_redis_down_an_admin_is_told_in_the_sidebar_and_nobody_else(hot_env, mon
     admin.run()
     (line,) = admin.sidebar.warning
     assert "Redis has not answered since" in line.value and "DynamoDB alone" in line.value
+
+
+def _click(at, key):
+    (found,) = [b for b in at.button if b.key == key]
+    found.click().run()
+    assert not at.exception, at.exception
+
+
+def test_a_version_made_on_one_replica_is_seen_and_switched_back_on_the_other(hot_env, monkeypatch):
+    asked = send(new_browser(), "Name three DynamoDB limits")
+    session_id = open_id(asked)
+    with replica_b(monkeypatch):
+        watcher = new_browser(session=session_id)  # the same chat open on the other replica
+    (turn,) = services().store.open_session(DEV, session_id).messages
+    settle(asked)
+    _click(asked, f"regen-{turn.message_id}")  # a second answer, written by replica A
+    settle(asked)
+    assert "2 / 2" in [c.value for c in asked.caption]
+    with replica_b(monkeypatch):
+        records = requests_made(lambda: watcher.run())  # its change watcher sees the counter move in Redis
+        assert [r.operation for r in records] == ["Query"]
+        assert "2 / 2" in [c.value for c in watcher.caption]
+        _click(watcher, f"ver-prev-{turn.message_id}")  # switched back to the first answer on replica B
+        assert "1 / 2" in [c.value for c in watcher.caption]
+    asked.run()  # replica A's tab learns of it the same way
+    assert "1 / 2" in [c.value for c in asked.caption]
+    (back,) = services().store.open_session(DEV, session_id).messages
+    assert back.version == 1 and back.output_body == turn.output_body
+    fresh = new_browser(session=session_id)  # the first answer, as a newly opened tab shows it
+    assert shown_text(asked.chat_message[1]) == shown_text(fresh.chat_message[1])

@@ -125,21 +125,34 @@ class TestRepeatedIdentityHeaders:
             resolve(settings, headers, {})
 
 
-class TestTheReadmeSettingsTable:
-    def test_every_setting_has_a_row_with_its_default_and_meaning(self):
+class TestTheSettingsTables:
+    @staticmethod
+    def rows(name: str) -> dict[str, tuple[str, str]]:
         import re
         from pathlib import Path
 
         from lib.config import SETTINGS
 
         rows: dict[str, tuple[str, str]] = {}
-        for line in (Path(__file__).resolve().parents[1] / "README.md").read_text().splitlines():
+        for line in (Path(__file__).resolve().parents[1] / name).read_text().splitlines():
             match = re.match(r"^\| `([A-Z_]+)` \| (.*?) \| (.*) \|$", line)
             if match and match.group(1) in SETTINGS:
                 rows.setdefault(match.group(1), (match.group(2), match.group(3)))  # the configuration table's
-        wrong = {
-            name: rows.get(name)
-            for name, (default, meaning) in SETTINGS.items()
-            if rows.get(name) != (f"`{default}`" if default else "(unset)", meaning)
-        }
-        assert wrong == {}
+        return rows
+
+    @staticmethod
+    def expected(name: str) -> tuple[str, str]:
+        from lib.config import SETTINGS
+
+        default, meaning = SETTINGS[name]
+        return f"`{default}`" if default else "(unset)", meaning
+
+    def test_every_setting_has_a_row_with_its_default_and_meaning_on_the_configuration_page(self):
+        from lib.config import SETTINGS
+
+        rows = self.rows("docs/configuration.md")
+        assert {n: rows.get(n) for n in SETTINGS if rows.get(n) != self.expected(n)} == {}
+
+    def test_the_readme_lists_the_common_settings_with_the_same_words(self):
+        rows = self.rows("README.md")
+        assert len(rows) >= 10 and {n: r for n, r in rows.items() if r != self.expected(n)} == {}

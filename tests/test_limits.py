@@ -296,6 +296,32 @@ class TestTheRequestBudget:
         assert requests.names == []
 
 
+class TestEveryonesSpend:
+    def test_the_admins_page_reads_one_query_per_day_of_the_month_and_adds_the_unflushed_counts(
+        self, client, table, meter, requests
+    ):
+        guard, ledger = guard_for(client, table, meter, day_limit(100))
+        with at("2026-12-03T08:00:00"):
+            ledger.record_tokens(U, "m", TokenUsage(output_tokens=1000))
+            ledger.flush()
+            ledger.record_tokens(U, "m", TokenUsage(output_tokens=500))  # not flushed yet: still counted
+            ledger.record_tokens("(system)", "m", TokenUsage(output_tokens=9000))  # an operator command: no one
+            guard.scopes()
+            requests.reset()
+            rows = guard.everyone(reader="boss@example.com")
+            made = requests.names[:]
+            alone = guard.spent(U)
+        assert made == ["Query", "Query", "Query"]  # Dec 1, 2 and 3: every user's buckets of a day
+        assert [u.action for u in meter.records()[-3:]] == ["limits"] * 3
+        # The admin's own reads are metered as theirs (here at a zero DynamoDB price); "(system)" is no one.
+        assert [r.user for r in rows] == [U, "boss@example.com"]
+        row = rows[0]
+        assert row.user == U and row.day == "2026-12-03"
+        assert row.today == pytest.approx(row.month) == pytest.approx(1.5)  # 1,500 tokens at $1,000 per M
+        assert row.limits["day"].kind == "default"
+        assert row.today == pytest.approx(alone.today)  # the same figure the check before a turn uses
+
+
 class TestTheLedgerUnavailable:
     def test_fail_open_on_the_last_figure_read_so_a_user_over_the_limit_stays_refused(
         self, client, table, meter, no_backoff_sleep

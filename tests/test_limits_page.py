@@ -125,6 +125,73 @@ class TestTheLimitsPage:
         assert [r.outcome for r in records if r.action == "limits.remove"] == ["started", "ok"]
 
 
+class TestTheLimitsPageShowsSpendAndIsAudited:
+    def test_an_admins_view_of_everyones_spend_is_recorded_before_it_is_read_and_once(self, env, monkeypatch):
+        monkeypatch.setenv("CHAT_ADMINS", DEV)
+        env({"default": {"day": 5}})
+        at = page("pages/limits.py")
+        at.run()  # a rerun is not a second view
+        records = services().audit.list_day(keys.day_of(keys.now()), newest_first=False).records
+        views = [(r.actor, r.target, r.outcome) for r in records if r.action == "limits.view"]
+        assert views == [(DEV, "spend of all users", "ok")]
+
+    def test_a_view_whose_record_cannot_be_written_shows_no_ones_spend(self, env, monkeypatch, no_backoff_sleep):
+        from tests.faults import Faults
+
+        monkeypatch.setenv("CHAT_ADMINS", DEV)
+        env({"default": {"day": 5}})
+        spend(1.25)
+        at = AppTest.from_file(APP, default_timeout=HANG_S).run()
+        Faults(services().database.client).fail("PutItem", "ProvisionedThroughputExceededException", times=100)
+        made = requests_made(lambda: at.switch_page("pages/limits.py").run())
+        assert not at.exception, at.exception
+        assert any("Nothing is shown" in e.value for e in at.error)
+        assert not at.dataframe and "$1.25" not in str(at.main)
+        assert [u.action for u in made if u.action == "limits"] == []  # not a bucket or a limit record read
+
+    def test_a_non_admins_attempt_is_on_the_record(self, env):
+        env({"default": {"day": 5}})
+        at = AppTest.from_file(APP, default_timeout=HANG_S).run()
+        at.switch_page("pages/limits.py").run()
+        at.run()
+        records = services().audit.list_day(keys.day_of(keys.now()), newest_first=False).records
+        refused = [(r.actor, r.outcome, r.reason) for r in records if r.action == "limits.view"]
+        assert refused == [(DEV, "refused", "not_admin")]
+
+    def test_each_limit_has_the_spend_so_far_next_to_it(self, env, monkeypatch):
+        monkeypatch.setenv("CHAT_ADMINS", DEV)
+        env({"default": {"day": 5, "month": 50}, "users": {"kim@example.com": {"day": 2}}})
+        spend(1.25)
+        spend(0.5, "kim@example.com")
+        spend(0.75, "lee@example.com")
+        at = page("pages/limits.py")
+        scopes = {r["Scope"]: r for r in at.dataframe[0].value.to_dict("records")}
+        # The default applies to each user on their own: the most one of them spent, and who.
+        assert scopes["Everyone (default)"]["Spent today"] == "$1.25 (dev@localhost)"
+        assert scopes["Everyone (default)"]["Spent this month"] == "$1.25 (dev@localhost)"
+        assert scopes["User kim@example.com"]["Spent today"] == "$0.50"
+        assert scopes["User kim@example.com"]["Spent this month"] == ""  # her month is the default's
+        users = {r["User"]: r for r in at.dataframe[1].value.to_dict("records")}
+        assert list(users) == [DEV, "lee@example.com", "kim@example.com"]  # the month's highest first
+        assert users[DEV]["Spent today"] == "$1.25" and users[DEV]["Daily limit"] == "$5.00 (default)"
+        assert users["kim@example.com"]["Daily limit"] == "$2.00 (own)"
+        assert users["kim@example.com"]["Used"] == "25% of the day's"
+
+    def test_the_page_says_the_offline_demo_model_is_free_so_limits_never_bite(self, env, monkeypatch):
+        monkeypatch.setenv("CHAT_ADMINS", DEV)
+        monkeypatch.delenv("CHAT_MODEL_PRICES")
+        env({"default": {"day": 5}})
+        at = page("pages/limits.py")
+        (note,) = [i.value for i in at.info if "demo model is free" in i.value]
+        assert "$0" in note and "CHAT_MODEL_PRICES" in note
+
+    def test_no_such_note_once_the_demo_has_a_price(self, env, monkeypatch):
+        monkeypatch.setenv("CHAT_ADMINS", DEV)
+        env({"default": {"day": 5}})
+        at = page("pages/limits.py")
+        assert not [i for i in at.info if "demo model is free" in i.value]
+
+
 class TestTheCostPage:
     def test_the_user_sees_today_this_month_their_limit_and_a_warning_past_80_percent(self, env):
         env({"default": {"day": 10, "month": 100}})

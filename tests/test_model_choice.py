@@ -136,7 +136,8 @@ def test_the_banner_never_says_nothing_leaves_the_machine_when_a_real_model_is_a
     from tests.pages import new_browser
 
     captions = [c.value for c in new_browser().caption]
-    assert any("Demo mode" in c for c in captions)  # local data and the dev sign-in are still said
+    assert any("Local mode" in c for c in captions)  # local data and the dev sign-in are still said
+    assert not any("Demo mode" in c for c in captions)  # the answers are a real model's
     assert not any("nothing leaves this machine" in c for c in captions)
 
 

@@ -356,7 +356,7 @@ class TestExport:
     def test_every_chat_is_exported_as_markdown_and_json(self, store, db, tmp_path):
         made = chats(store, ANN, sessions=2, turns=2)
         counts = export_user(store, db, ANN, tmp_path / "ann.zip")
-        assert counts == {"sessions": 2, "turns": 4, "memories": 0}
+        assert counts == {"sessions": 2, "turns": 4, "memories": 0, "files": 0}
         with zipfile.ZipFile(tmp_path / "ann.zip") as archive:
             names = archive.namelist()
             assert sum(n.endswith(".md") for n in names) == 2 and "memories.json" in names

@@ -185,14 +185,15 @@ class TestBudget:
         assert units(meter, "rename") == 6
         assert chats_in(store, A, made.project_id) == [("Cut-over plan", session.session_id)]
 
-    def test_a_move_between_projects_is_one_transaction_of_four_actions(self, store, requests, meter, client, table):
+    def test_a_move_between_projects_is_one_transaction_of_five_actions(self, store, requests, meter, client, table):
         one, two = store.projects.create(A, "one"), store.projects.create(A, "two")
         session, _ = store.create_session(A, "hi", system_prompt_id=PROMPT, project_id=one.project_id)
         requests.reset()
         meter.clear()
         moved = store.projects.move_chat(A, session, two.project_id)
         assert requests.names == ["TransactWriteItems"]
-        assert shapes(requests) == ["Update", "Delete", "Put", "ConditionCheck"] and units(meter, "project") == 8
+        assert shapes(requests) == ["Update", "Update", "Delete", "Put", "ConditionCheck"]
+        assert units(meter, "project") == 10  # the second Update: the sidebar row's project label
         assert moved.project_id == two.project_id and store.get_session(A, session.session_id) == moved
         assert chats_in(store, A, one.project_id) == [] and chats_in(store, A, two.project_id) == [
             ("hi", moved.session_id)
@@ -200,11 +201,12 @@ class TestBudget:
         requests.reset()
         meter.clear()
         out = store.projects.move_chat(A, moved, None)
-        assert shapes(requests) == ["Update", "Delete"] and units(meter, "project") == 4 and out.project_id is None
+        assert shapes(requests) == ["Update", "Update", "Delete"] and units(meter, "project") == 6
+        assert out.project_id is None
         requests.reset()
         meter.clear()
         back = store.projects.move_chat(A, out, one.project_id)
-        assert shapes(requests) == ["Update", "Put", "ConditionCheck"] and units(meter, "project") == 6
+        assert shapes(requests) == ["Update", "Update", "Put", "ConditionCheck"] and units(meter, "project") == 8
         assert store.projects.move_chat(A, back, one.project_id) is back  # already there: no request
         assert len(requests.names) == 1
         assert_consistent(client, table, A)
@@ -407,7 +409,8 @@ class TestOperators:
         )
         report = check_user(client, table, A)
         assert [v.what for v in report.problems] == [
-            f"has a row in project {made.project_id}, but its meta is in no project"
+            "sidebar row's project differs from the meta's",  # the row still labels it with the project
+            f"has a row in project {made.project_id}, but its meta is in no project",
         ]
         client.update_item(
             TableName=table,

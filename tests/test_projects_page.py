@@ -18,6 +18,10 @@ def opened(at):
     return at
 
 
+def codes_of(at):
+    return [c.value for c in at.code]
+
+
 def choose(at, project_id):
     (picker,) = [s for s in at.sidebar.selectbox if s.key == project_view.FILTER]
     picker.set_value(project_id).run()
@@ -73,7 +77,8 @@ class TestProjectsPage:
         store.create_session(DEV, "in the project", system_prompt_id="default-v1", project_id=made.project_id)
         store.create_session(DEV, "elsewhere", system_prompt_id="default-v1")
         at = opened(new_browser())
-        assert sidebar_titles(at) == ["elsewhere", "in the project"]
+        # "All chats" labels a project's chat with its project's name (from the one list read: no request per row)
+        assert sidebar_titles(at) == ["elsewhere", "in the project · :material/folder: Q3 migration"]
         made_requests = requests_made(lambda: choose(at, made.project_id))
         assert [(r.action, r.operation) for r in made_requests] == [("project", "Query")]
         assert sidebar_titles(at) == ["in the project"]
@@ -97,6 +102,17 @@ class TestProjectsPage:
         at.run()
         what = dict(zip(at.dataframe[0].value["Part"], at.dataframe[0].value["What"]))
         assert what["Project instructions"].startswith("The instructions of this chat's project")
+        # the text the model was given, as text, under the table (this session's cache: no request)
+        assert any("Project instructions sent with this question" in c.value for c in at.caption)
+        assert any("Always list the cut-over steps." in c for c in codes_of(at))
+        # edited since: still shown, and it says the model saw an earlier version
+        edited = store.projects.edit(DEV, store.projects.get(DEV, made.project_id), "Q3 migration", "Now much longer.")
+        from lib.context.cache import STATE_KEY
+
+        at.session_state[STATE_KEY].learn_project(DEV, edited)  # as this session's own Save does
+        at.run()
+        assert any("edited since this question" in c.value for c in at.caption)
+        assert any("Now much longer." in c for c in codes_of(at))
 
     def test_move_to_project_is_one_request_and_the_header_says_where_it_is(self):
         store = services().store
@@ -175,3 +191,70 @@ class TestTheService:
         assert [r for r in again if r.action == "project"] == []  # moved less than a minute ago: no request
         (message,) = [m for m in svc.store.open_session(DEV, chat.session_id).messages if m.input_body == "second"]
         assert "project" in [p["kind"] for p in message.context]  # the cached project still reaches the prompt
+
+
+@pytest.mark.usefixtures("app_env")
+class TestDeleteAndAddress:
+    def test_delete_project_asks_first_then_keeps_its_chats_in_all_chats(self):
+        store = services().store
+        made = store.projects.create(DEV, "Q3 migration", "steps")
+        session, _ = store.create_session(DEV, "in it", system_prompt_id="default-v1", project_id=made.project_id)
+        at = choose(opened(new_browser()), made.project_id)
+        at.session_state[project_view.EDIT_POPOVER] = True
+        at.run()
+        (delete,) = [b for b in at.button if b.label == "Delete project"]
+        assert delete.disabled  # the confirmation box first
+        at.checkbox(key=f"pdelete-sure-{made.project_id}").check().run()
+        made_requests = requests_made(lambda: button(at, "Delete project").click().run())
+        assert not at.exception, at.exception
+        assert [r.operation for r in made_requests if r.action == "project"] == [
+            "UpdateItem",
+            "Query",
+            "GetItem",
+            "TransactWriteItems",
+            "Query",
+            "TransactWriteItems",
+        ]
+        assert any("Q3 migration deleted. Its chat is kept, in no project." in t.value for t in at.toast)
+        assert at.sidebar.selectbox(key=project_view.FILTER).options == ["All chats"]
+        assert sidebar_titles(at) == ["in it"]  # in All chats, no project label any more
+        assert store.get_session(DEV, session.session_id).project_id is None
+        assert "project" not in at.query_params
+
+    def test_the_chosen_project_is_in_the_address_and_a_reload_shows_it_again(self):
+        store = services().store
+        made = store.projects.create(DEV, "Q3 migration")
+        store.create_session(DEV, "in it", system_prompt_id="default-v1", project_id=made.project_id)
+        store.create_session(DEV, "elsewhere", system_prompt_id="default-v1")
+        at = choose(opened(new_browser()), made.project_id)
+        assert at.query_params["project"] == made.project_id
+        reloaded = new_browser(project=made.project_id)  # a new browser session at the same address
+        assert not reloaded.exception, reloaded.exception
+        assert reloaded.sidebar.selectbox(key=project_view.FILTER).value == made.project_id
+        assert sidebar_titles(reloaded) == ["in it"]
+        choose(reloaded, project_view.NONE)  # All chats: the address forgets it
+        assert "project" not in reloaded.query_params
+        assert sorted(sidebar_titles(reloaded))[0] == "elsewhere"
+
+    @pytest.mark.parametrize("forged", ["nonsense", "01ARZ3NDEKTSV4RRFFQ69G5FAV"])
+    def test_a_forged_project_in_the_address_says_so_and_shows_all_chats(self, forged):
+        services().store.create_session(DEV, "mine", system_prompt_id="default-v1")
+        at = new_browser(project=forged)
+        assert not at.exception, at.exception
+        assert any("Showing all chats." in e.value for e in at.error)
+        assert sidebar_titles(at) == ["mine"] and "project" not in at.query_params
+
+    def test_the_section_shows_one_label_and_more_projects_past_the_first_page(self, monkeypatch):
+        from lib.storage import projects
+
+        for n in range(3):
+            services().store.projects.create(DEV, f"p{n}")
+        monkeypatch.setattr(projects, "PROJECT_LIST_LIMIT", 2)
+        at = opened(new_browser())
+        picker = at.sidebar.selectbox(key=project_view.FILTER)
+        assert "COLLAPSED" in str(picker.label_visibility)  # the section's own button already says "Projects"
+        assert picker.options == ["All chats", "p2", "p1"]
+        made = requests_made(lambda: button(at, "More projects").click().run())
+        assert [r.operation for r in made] == ["Query"]
+        assert at.sidebar.selectbox(key=project_view.FILTER).options == ["All chats", "p2", "p1", "p0"]
+        assert not [b for b in at.button if b.label == "More projects"]

@@ -7,7 +7,9 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from lib.storage.shares import NOT_FOUND
-from tests.pages import APP, DEV, HANG_S, button, new_browser, requests_made, send, services
+from lib.turn.shares import COPY_MODEL
+from lib.web import share_view
+from tests.pages import APP, DEV, HANG_S, button, new_browser, requests_made, send, services, sidebar_titles
 
 ALICE = "alice@example.com"
 
@@ -44,11 +46,25 @@ def codes(at) -> list[str]:
     return [c.value for c in at.code]
 
 
+def share_opened(at) -> AppTest:
+    """The open chat's Share popover opened (its content, and the owner's links, are read only while open)."""
+    at.session_state[f"{share_view.POPOVER}{at.session_state['chat_view'].open_id}"] = True
+    at.run()
+    assert not at.exception, at.exception
+    return at
+
+
+def labels(at) -> list[str]:
+    return [b.label for b in at.button]
+
+
 @pytest.mark.usefixtures("app_env")
 class TestTheOwner:
     def test_share_in_the_header_makes_a_link_shown_once_with_a_copy_box(self):
         at = send(new_browser(), "What is a partition key?")
         assert not [c for c in codes(at) if "/shared?t=" in c]
+        made = requests_made(lambda: share_opened(at))
+        assert [r.operation for r in made if r.action == "share"] == ["Query"]  # no live link: no BatchGetItem
         button(at, "Create link").click().run()
         assert not at.exception, at.exception
         (url,) = [c for c in codes(at) if "/shared?t=" in c]
@@ -57,6 +73,32 @@ class TestTheOwner:
         assert link.turns == 1 and services().shares.open("bob@example.com", token).turns[0].question == (
             "What is a partition key?"
         )
+        # a link exists: the popover offers it, Update link and Revoke, and no second Create link
+        assert "Create link" not in labels(at) and {"Update link", "Revoke"} <= set(labels(at))
+        assert requests_made(lambda: at.run()) == []  # the made link was applied to the list: nothing re-read
+
+    def test_a_new_browser_session_sees_the_chats_link_without_its_address(self):
+        session_id = _dev_chat()
+        services().shares.share(DEV, session_id)
+        at = share_opened(new_browser(session=session_id))
+        assert "Create link" not in labels(at) and "Revoke" in labels(at)
+        assert not [c for c in codes(at) if "/shared?t=" in c]  # the app never had the token to show again
+        assert any("Its address was shown once" in c.value for c in at.caption)
+
+    def test_revoke_in_the_popover_asks_first_and_cancel_keeps_the_link(self):
+        session_id = _dev_chat()
+        _, token = services().shares.share(DEV, session_id)
+        at = share_opened(new_browser(session=session_id))
+        made = requests_made(lambda: button(at, "Revoke").click().run())
+        assert made == [] and any("Revoke this link?" in w.value for w in at.warning)
+        button(at, "Cancel").click().run()
+        assert services().shares.open("bob@example.com", token).turns  # still live
+        button(at, "Revoke").click().run()
+        made = requests_made(lambda: button(at, "Yes, revoke").click().run())
+        assert [r.operation for r in made if r.action == "share"] == ["TransactWriteItems"]
+        assert any("Link revoked" in x.value for x in at.success) and "Create link" in labels(at)
+        with pytest.raises(Exception, match="does not exist"):
+            services().shares.open("bob@example.com", token)
 
     def test_the_list_shows_my_links_and_revoke_stops_one(self):
         session = alices_chat()
@@ -66,11 +108,24 @@ class TestTheOwner:
         at = shared_page()
         assert [b for b in at.button if b.label == "Revoke"] and len([b for b in at.button if b.label == "Revoke"]) == 1
         button(at, "Revoke").click().run()
+        assert services().shares.open("bob@example.com", token).turns  # asked first: nothing revoked yet
+        button(at, "Yes, revoke").click().run()
         assert not at.exception, at.exception
         assert any("Link revoked" in s.value for s in at.success)
         assert not [b for b in at.button if b.label == "Revoke"]
         with pytest.raises(Exception, match="does not exist"):
             shares.open("bob@example.com", token)
+
+    def test_a_revoked_links_card_can_be_removed_with_one_delete(self):
+        shares = services().shares
+        link, _ = shares.share(DEV, _dev_chat())
+        shares.revoke(DEV, link)
+        at = shared_page()
+        made = requests_made(lambda: button(at, "Remove from this list").click().run())
+        assert not at.exception, at.exception
+        assert [r.operation for r in made if r.action == "share"] == ["DeleteItem"]
+        assert shares.links(DEV) == [] and "Remove from this list" not in labels(at)
+        assert any("No shared links yet" in i.value for i in at.info)
 
     def test_a_rerun_of_the_list_makes_no_request_and_reload_reads_it_again(self):
         shares = services().shares
@@ -125,13 +180,18 @@ class TestTheViewer:
         session = alices_chat()
         _, token = services().shares.share(ALICE, session.session_id)
         at = shared_page(t=token)
+        newer = _dev_chat()  # made after Alice's chat: the copy, made now, sorts above it
         button(at, "Continue in my own chat").click().run()
         assert not at.exception, at.exception
-        (mine,) = services().store.list_sessions(DEV).items
-        assert [m.output_body for m in services().store.open_session(DEV, mine.session_id).messages] == [
-            "By its items."
-        ]
+        mine, other = services().store.list_sessions(DEV).items
+        assert other.session_id == newer and mine.title == "How do I size a table? (copy)"
+        (turn,) = services().store.open_session(DEV, mine.session_id).messages
+        assert turn.output_body == "By its items." and turn.model == COPY_MODEL
         assert services().store.list_sessions(ALICE).items[0].session_id == session.session_id  # hers untouched
+        # the chat page says it is a copy and shows no token or time figures for it
+        assert any(c.value == share_view.COPIED_CAPTION for c in at.caption)
+        assert not [c.value for c in at.caption if " s · " in c.value or "out tokens" in c.value]
+        assert sidebar_titles(at)[0] == "How do I size a table? (copy)"
 
     def test_a_rerun_makes_no_request_and_counts_no_second_view(self):
         session = alices_chat()

@@ -20,11 +20,12 @@ from lib.ops.users import export_user, purge_user
 from lib.storage import keys, shares
 from lib.storage.audit import AuditLog
 from lib.storage.gateway import from_item, to_item
+from lib.storage.items import TITLE_MAX_CHARS
 from lib.storage.operator import Operator
 from lib.storage.schema import create_table
 from lib.storage.shares import NOT_FOUND, ShareStore, new_token
 from lib.storage.store import ChatStore
-from lib.turn.shares import ShareService
+from lib.turn.shares import COPY_MODEL, ShareService
 
 A, B = "alice@example.com", "bob@example.com"
 PROMPT = "default-v1"
@@ -320,6 +321,21 @@ class TestTheSnapshot:
         assert share_items(client, table) == []
 
 
+class TestRemove:
+    def test_a_live_link_cannot_be_removed_only_revoked(self, svc, store, client, table):
+        link, token = svc.share(A, chat(store, A).session_id)
+        with pytest.raises(LinkNotFound, match="revoke it first"):
+            svc.remove(A, link)
+        assert svc.open(B, token).turns and [x.link_id for x in svc.links(A)] == [link.link_id]
+
+    def test_another_users_link_names_nothing_in_the_callers_list(self, svc, store):
+        link, _ = svc.share(A, chat(store, A).session_id)
+        svc.revoke(A, link)
+        with pytest.raises(LinkNotFound):
+            svc.remove(B, link)  # B's partition holds no such record
+        assert [x.link_id for x in svc.links(A)] == [link.link_id]
+
+
 class TestContinueInMyOwnChat:
     def test_the_copy_is_a_new_chat_of_the_viewers_with_the_snapshots_turns(self, svc, store):
         session = chat(store, A, turns=2)
@@ -330,9 +346,18 @@ class TestContinueInMyOwnChat:
             ("question 0", "answer 0"),
             ("question 1", "answer 1"),
         ]
-        assert view.session.title == "question 0" and view.session.user_id == B
+        assert view.session.title == "question 0 (copy)" and view.session.user_id == B  # says what it is
+        # a new chat: at the time it was copied (after the original's turns), each turn marked as copied
+        assert view.session.create_time > session.last_message_time
+        assert [m.model for m in view.messages] == [COPY_MODEL, COPY_MODEL]
         assert svc.continue_in_own(B, token) == copied  # twice: the same copy, not a second one
         assert len(store.list_sessions(B).items) == 1
+
+    def test_a_copy_of_a_long_title_keeps_its_copy_mark_within_the_title_limit(self, svc, store):
+        session = store.rename_session(A, chat(store, A), "t" * TITLE_MAX_CHARS)
+        _, token = svc.share(A, session.session_id)
+        title = store.get_session(B, svc.continue_in_own(B, token)).title
+        assert title.endswith("… (copy)") and len(title) == TITLE_MAX_CHARS
 
     def test_a_revoked_link_copies_nothing(self, svc, store):
         link, token = svc.share(A, chat(store, A).session_id)
@@ -374,6 +399,16 @@ class TestRequestBudgets:
         (transaction,) = [p for n, p in requests.calls if n == "TransactWriteItems"]
         assert [next(iter(a)) for a in transaction["TransactItems"]] == ["Update", "Delete", "Delete"]
         assert [(r.operation, r.units) for r in meter.records() if r.action == "share"] == [("TransactWriteItems", 6.0)]
+
+    def test_remove_a_revoked_link(self, svc, store, requests, meter):
+        link, _ = svc.share(A, chat(store, A).session_id)
+        svc.revoke(A, link)
+        requests.reset()
+        meter.clear()
+        svc.remove(A, link)
+        assert requests.names == ["DeleteItem", "PutItem"]  # the record, and the audit's
+        assert [(r.operation, r.units) for r in meter.records() if r.action == "share"] == [("DeleteItem", 1.0)]
+        assert svc.links(A) == []
 
     def test_list(self, svc, store, requests, meter):
         session = chat(store, A)

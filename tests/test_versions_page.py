@@ -58,11 +58,49 @@ class TestRegenerateOnThePage:
         (kept,) = services().store.versions.versions(DEV, turn)
         assert kept.input_body == "What is a partition key" and kept.output_body == first.output_body
 
-    def test_only_the_newest_question_offers_edit(self):
+    def test_every_question_offers_edit_and_an_older_one_sends_in_a_branch(self):
         at = send(new_browser(), "first question")
         send(at, "second question")
-        older, newest = stored(at)
-        assert edit_popovers(at) == 1  # the newest question's
+        send(at, "third question")
+        first, older, newest = stored(at)
+        assert edit_popovers(at) == 3
         at.session_state[f"edit-open-{newest.message_id}"] = True
         at.run()
-        assert [t.key for t in at.text_area] == [f"edit-box-{newest.message_id}"]
+        assert [b.key for b in at.button if b.key and b.key.startswith("edit-")] == [f"edit-send-{newest.message_id}"]
+        at.session_state[f"edit-open-{newest.message_id}"] = False
+        at.session_state[f"edit-open-{older.message_id}"] = True
+        at.run()
+        at.text_area(key=f"edit-box-{older.message_id}").set_value("second question, edited").run()
+        settle(click(at, f"edit-branch-{older.message_id}"))
+        branch_id = open_id(at)
+        assert branch_id != first.session_id  # the page opened the branch
+        assert [m.input_body for m in stored(at)] == ["first question", "second question, edited"]
+        assert any("A branch: the turns before an edited question were copied" in c.value for c in at.caption)
+        assert any("Copied from the original chat" in c.value for c in at.chat_message[1].caption)
+        click(at, "branch-origin")  # back to the original, at the question the branch was made from
+        assert open_id(at) == first.session_id
+        assert [m.input_body for m in stored(at)] == ["first question", "second question", "third question"]
+
+    def test_an_empty_edit_of_an_older_question_is_refused_in_place(self):
+        at = send(new_browser(), "first question")
+        send(at, "second question")
+        first, newest = stored(at)
+        at.session_state[f"edit-open-{first.message_id}"] = True
+        at.run()
+        at.text_area(key=f"edit-box-{first.message_id}").set_value("   ").run()
+        click(at, f"edit-branch-{first.message_id}")
+        assert open_id(at) == first.session_id and any("Type a question" in e.value for e in at.error)
+        assert len(services().store.list_sessions(DEV).items) == 1
+
+    def test_a_branch_of_the_first_question_says_nothing_was_copied(self):
+        at = send(new_browser(), "first question")
+        send(at, "second question")
+        first, _ = stored(at)
+        at.session_state[f"edit-open-{first.message_id}"] = True
+        at.run()
+        at.text_area(key=f"edit-box-{first.message_id}").set_value("first question, edited").run()
+        settle(click(at, f"edit-branch-{first.message_id}"))
+        assert [m.input_body for m in stored(at)] == ["first question, edited"]
+        captions = [c.value for c in at.caption]
+        assert any("A branch, made from an edited question of the original chat" in c for c in captions)
+        assert not any("were copied" in c for c in captions)

@@ -14,9 +14,11 @@ when due (1 PutItem, conditional), and 1 conditional PutItem per new memory.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Callable
 
 from lib import logs, tokens
+from lib.context import attachments as attached
 from lib.context.cache import ContextCache
 from lib.context.loader import Context, SessionContextLoader
 from lib.context.memories import Extractor, MemoryOutcome, extract_memories_after_save, memory_state
@@ -24,6 +26,7 @@ from lib.context.recall import KeywordRecall, Recall
 from lib.context.summaries import Summarizer, SummaryOutcome, regenerate_summary, summarize_after_save
 from lib.errors import ChatError
 from lib.model.prompts import system_prompt
+from lib.storage.attachments import Attachment
 from lib.storage.memories import MemoryStore
 from lib.storage.projects import ProjectStore
 from lib.storage.records import Message, Session, Summary
@@ -85,11 +88,30 @@ class ContextEngine:
         earlier_turns: int | None = None,
         recall: Recall | None = None,
         before: str | None = None,
+        attachments: Sequence[tuple[Attachment, str | bytes]] = (),
     ) -> Context:
         """What the model is sent with `question` after `history` (the loaded earlier turns, oldest first).
 
         `earlier_turns`: how many turns precede the question (default: the session's count less the question
-        just committed); `before`: a Retry's message id, so no later turn is recalled."""
+        just committed); `before`: a Retry's message id, so no later turn is recalled; `attachments`: the
+        question's files with their text (or an image's bytes), fitted first (lib/context/attachments.py)."""
+        if attachments:
+            room = budget - tokens.count(system_prompt(system_prompt_id)) - tokens.count(question)
+            fitted = attached.fit(attachments, room)
+            context = self.context(
+                cache,
+                user_id,
+                session,
+                question,
+                history,
+                summary=summary,
+                system_prompt_id=system_prompt_id,
+                budget=budget - fitted.tokens,
+                earlier_turns=earlier_turns,
+                recall=recall,
+                before=before,
+            )
+            return attached.into(context, fitted, budget)
         memories: list = []
         instructions = ""
         if user_id:

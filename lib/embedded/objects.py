@@ -70,8 +70,9 @@ class FolderObjects:
             raise ValueError("not an object key")
         return self.folder.joinpath(*parts)
 
-    def put_bytes(self, key: str, data: bytes, *, sha256: str) -> None:
-        """Temp file, fsync, rename, fsync the folder: acknowledged means durable; a failure leaves nothing."""
+    def put_bytes(self, key: str, data: bytes, *, sha256: str, content_type: str = "") -> None:
+        """Temp file, fsync, rename, fsync the folder: acknowledged means durable; a failure leaves nothing (a file
+        has no content type: the record keeps the media type)."""
         target = self._path(key)
         temp = self.folder / TEMP / secrets.token_hex(8)
         try:

@@ -13,6 +13,7 @@ import dataclasses
 import json
 from typing import Any, TypeVar
 
+from lib.storage.attachments import from_fields as attachment_fields
 from lib.storage.objects import BodyRef
 from lib.storage.records import Message, Session, SessionView, Summary
 
@@ -77,6 +78,7 @@ def _message(values: Any) -> Message:
     values["kept"] = frozenset(values.get("kept") or ())
     for name in ("input_ref", "output_ref"):  # a long body's pointer (lib/storage/bodies.py), a dict in JSON
         values[name] = BodyRef.from_record(values[name]) if values.get(name) else None
+    values["attachments"] = attachment_fields(values.get("attachments"))  # files' records (lib/storage/attachments.py)
     return _record(Message, values)
 
 

@@ -38,6 +38,31 @@ class Prompt:
     system: str
     messages: list[dict[str, str]]
     cache_prefix: str = ""
+    # Files attached to the question (lib/context/attachments.py), sent before its text: each a dict with `name`,
+    # `kind` (text | pdf | image), `media_type` and `text` (the part that fits the budget) or `data` (base64).
+    attachments: tuple[dict[str, Any], ...] = ()
+
+    def api_messages(self, *, documents: bool = True) -> list[dict[str, Any]]:
+        """The messages as the Messages API takes them: the question's attachments as content blocks before its
+        text (a text or PDF's text as a `document` block titled with the file name, or with `documents=False` a
+        text block that starts with the name; an image as a base64 `image` block)."""
+        if not self.attachments:
+            return self.messages
+        blocks: list[dict[str, Any]] = []
+        for part in self.attachments:
+            if part["kind"] == "image":
+                source = {"type": "base64", "media_type": part["media_type"], "data": part["data"]}
+                blocks.append({"type": "image", "source": source})
+            elif documents:
+                source = {"type": "text", "media_type": "text/plain", "data": part["text"]}
+                blocks.append({"type": "document", "source": source, "title": part["name"]})
+            else:
+                blocks.append({"type": "text", "text": f"Attached file “{part['name']}”:\n\n{part['text']}"})
+        last = self.messages[-1]
+        return [
+            *self.messages[:-1],
+            {"role": last["role"], "content": [*blocks, {"type": "text", "text": last["content"]}]},
+        ]
 
     def system_blocks(self) -> str | list[dict[str, Any]]:
         """The Anthropic `system` parameter: the stable prefix as a cached block, the rest (recalled turns) after."""
@@ -232,7 +257,11 @@ class AnthropicModel:
         def source() -> Iterator[Any]:
             # The SDK retries 429/529/connection errors before the first byte; a drop mid-stream is final.
             with self._client.messages.stream(
-                model=self.name, max_tokens=self.max_tokens, system=prompt.system_blocks(), messages=prompt.messages
+                model=self.name,
+                max_tokens=self.max_tokens,
+                system=prompt.system_blocks(),
+                # Bedrock is sent attached text as labelled text blocks, the form every Claude deployment takes
+                messages=prompt.api_messages(documents=self.provider == "anthropic"),
             ) as stream:
                 reply._abort = lambda: _cut(stream)
                 try:
@@ -334,7 +363,16 @@ class DemoModel:
             self._asked.clear()
         self._asked[(question, turns)] = attempt + 1
         answer = demo_answer(question, turns=turns, attempt=attempt)
+        if prompt.attachments:  # what the demo can truly say about them: what it was given
+            seen = "; ".join(
+                f"“{p['name']}” ({p['kind']}"
+                + (f", {len(p['text']):,} characters of text" if p.get("text") is not None else ", an image")
+                + ")"
+                for p in prompt.attachments
+            )
+            answer = f"(Demo model) I was given {len(prompt.attachments)} attached file(s): {seen}.\n\n{answer}"
         input_tokens = estimate_tokens(prompt.system) + sum(estimate_tokens(m["content"]) for m in prompt.messages)
+        input_tokens += sum(estimate_tokens(p.get("text") or "") for p in prompt.attachments)
 
         def source() -> Iterator[Any]:
             for chunk in re.findall(r"\S+\s*|\s+", answer):

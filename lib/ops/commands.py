@@ -123,7 +123,30 @@ def _check(args, settings, database, db) -> int:
     if args.all:
         print(f"{len(reports)} users, {sum(len(r.violations) for r in reports)} violations")
     bodies = _audit_bodies(args, database)
-    return 0 if all(r.ok for r in reports) and (bodies is None or bodies.ok) and trail_ok else 1
+    cold = _audit_archives(args, database, db)  # the cold tier (docs/archive.md)
+    files = _audit_attachments(args, database)  # files attached to questions (docs/attachments.md)
+    stores_ok = (bodies is None or bodies.ok) and cold.ok and (files is None or files.ok)
+    return 0 if all(r.ok for r in reports) and stores_ok and trail_ok else 1
+
+
+def _audit_attachments(args, database):
+    """Attachment objects against the turns' records (docs/attachments.md); None without an object store."""
+    import datetime as dt
+
+    from lib.storage.attachments import audit
+
+    if getattr(database, "objects", None) is None:
+        return None
+    found = audit(database.store().attachments, None if args.all else args.user, now=dt.datetime.now(dt.UTC))
+    print(
+        f"attachments: {found.objects} objects, {len(found.orphans)} orphans, {len(found.missing)} records of "
+        f"missing objects, {found.young} too new to judge"
+    )
+    for orphan in found.orphans:
+        print(f"  ORPHAN {orphan.key} ({orphan.size:,} bytes, no turn records it: `repair` removes it)")
+    for where in found.missing:
+        print(f"  VIOLATION missing attachment: {where} records an object that is not in the store")
+    return found
 
 
 def _print_audit_trail(trail: Any) -> bool:
@@ -157,6 +180,30 @@ def _audit_bodies(args, database):
     return found
 
 
+def _audit_archives(args, database, db):
+    """Archived chats against their objects (each read and verified) and archive objects no meta names."""
+    import datetime as dt
+
+    from lib.ops.users import registered_users
+    from lib.storage.archive import ArchiveAudit
+    from lib.storage.bodies import ORPHAN_GRACE
+
+    archives = database.store().archive
+    if archives.objects is None:
+        return ArchiveAudit()
+    users = list(registered_users(db)) if args.all else [args.user]
+    found = archives.check_objects(users, now=dt.datetime.now(dt.UTC), grace=ORPHAN_GRACE)
+    print(
+        f"cold tier: {found.archived} archived chats, {found.objects} archive objects, {len(found.problems)} "
+        f"unreadable, {len(found.orphans)} orphans, {found.young} too new to judge"
+    )
+    for problem in found.problems:
+        print(f"  VIOLATION {problem}: it cannot be opened until its object is restored")
+    for orphan in found.orphans:
+        print(f"  ORPHAN {orphan.key} ({orphan.size:,} bytes, no archived chat names it: `repair` removes it)")
+    return found
+
+
 def _repair(args, settings, database, db) -> int:
     from lib.ops.repair import repair
 
@@ -179,6 +226,22 @@ def _repair(args, settings, database, db) -> int:
         else:
             changed += database.store().bodies.remove_orphans(bodies.orphans)
             print(f"removed {len(bodies.orphans)} orphaned objects")
+    files = _audit_attachments(args, database)
+    if files is not None and files.orphans:
+        if args.dry_run:
+            print(f"would remove {len(files.orphans)} orphaned attachment objects")
+        else:
+            removed = database.store().attachments.remove_orphans(files.orphans)
+            changed += removed
+            print(f"removed {removed} orphaned attachment objects")
+    cold = _audit_archives(args, database, db)
+    if cold.orphans:
+        if args.dry_run:
+            print(f"would remove {len(cold.orphans)} orphaned archive objects")
+        else:
+            removed = database.store().archive.remove_orphans(cold.orphans)
+            changed += removed
+            print(f"removed {removed} orphaned archive objects")
     print(f"{changed} repairs made" + (" (dry run: nothing changed)" if args.dry_run else ""))
     return 0
 
@@ -231,14 +294,19 @@ def _export(args, settings, database, db) -> int:
 
     summaries = SummaryStore(database.client, database.table, database.meter)
     counts = export_user(database.store(settings.cursor_secret), db, args.user, out, summaries=summaries)
-    print(f"{args.user}: {counts['sessions']} chats, {counts['turns']} turns, {counts['memories']} memories -> {out}")
+    print(
+        f"{args.user}: {counts['sessions']} chats, {counts['turns']} turns, {counts['memories']} memories, "
+        f"{counts['files']} attached files -> {out}"
+    )
     return 0
 
 
 def _retention(args, settings, database, db) -> int:
     from lib.ops.retention import retention
 
-    results = retention(db, args.older_than, dry_run=args.dry_run)
+    results = retention(
+        db, args.older_than, dry_run=args.dry_run, archives=database.store(settings.cursor_secret).archive
+    )
     verb = "would delete" if args.dry_run else "deleted"
     for user_id, deleted in results.items():
         kept = f"; kept {len(deleted.kept)} the user wrote to since they were listed" if deleted.kept else ""

@@ -84,6 +84,8 @@ class Report:
     stale_pending: list[tuple[str, str]] = field(default_factory=list)  # (session_id, message_id)
     deletions: dict[str, list[str]] = field(default_factory=dict)  # unfinished: command -> the sessions it lists
     records: dict[str, SessionRecords] = field(default_factory=dict, repr=False)
+    projects: dict[str, ProjectRecords] = field(default_factory=dict, repr=False)  # by project id (repair reads)
+    archived: int = 0  # chats in the cold tier (docs/archive.md): their turns are checked in their objects
 
     @property
     def pending_deletion(self) -> list[str]:
@@ -240,6 +242,17 @@ def _judge(
             report.problems.append(
                 Violation(session_id, "sidebar title differs from the meta's", "copy the meta's title to the row")
             )
+        elif not meta.temporary and records.rows[0].get("project_id") != meta.project_id:
+            report.problems.append(  # the "All chats" label (docs/projects.md): a copy of the meta's project_id
+                Violation(
+                    session_id, "sidebar row's project differs from the meta's", "keep one row, at the meta's time"
+                )
+            )
+        if meta.archive is not None:
+            # In the cold tier: its turns are in its archive object (lib/storage/archive.py, whose audit `check`
+            # runs too), so the counts below do not apply; it is never an empty chat to repair.
+            report.archived += 1
+            continue
         if meta.message_count != len(turns):
             report.problems.append(
                 Violation(
@@ -252,8 +265,16 @@ def _judge(
             report.problems.append(Violation(session_id, "newest turn is not at last_message_time"))
         report.stale_pending += [(session_id, t.message_id) for t in turns if t.is_stale(pending_timeout_s, at)]
         report.problems += _version_problems(session_id, turns, records.versions)
-    report.problems += _project_problems(report.records, projects or {}, deleting)
+    report.projects = dict(projects or {})
+    report.problems += _project_problems(report.records, report.projects, deleting)
     return report
+
+
+# The mechanical fixes of project records (lib/ops/repair.py): the chat's meta and the project's meta are the
+# truth; rows are their copies (docs/projects.md, "Operators").
+PROJECT_ROW_FIX = "one project row at the meta's time and name (none without a meta)"
+CHAT_ROWS_FIX = "keep the chat's project rows as its meta says"
+LEAVE_FIX = "take the chat out of the project that does not exist"
 
 
 def _project_problems(
@@ -267,15 +288,17 @@ def _project_problems(
         problems += [Violation(None, f"{where}: unknown record {sk!r}") for sk in records.unknown]
         if records.meta is None:
             if records.rows:
-                problems.append(Violation(None, f"{where}: a project row but no project meta"))
+                problems.append(Violation(None, f"{where}: a project row but no project meta", PROJECT_ROW_FIX))
             if records.chats:
                 problems.append(Violation(None, f"{where}: {len(records.chats)} chat rows but no project meta"))
         elif len(records.rows) != 1:
-            problems.append(Violation(None, f"{where}: has {len(records.rows)} project rows"))
+            problems.append(Violation(None, f"{where}: has {len(records.rows)} project rows", PROJECT_ROW_FIX))
         elif keys.project_row_parts(records.rows[0]["sk"])[0] != records.meta.get("last_activity_time"):
-            problems.append(Violation(None, f"{where}: project row is not at the meta's last_activity_time"))
+            problems.append(
+                Violation(None, f"{where}: project row is not at the meta's last_activity_time", PROJECT_ROW_FIX)
+            )
         elif records.rows[0].get("name") != records.meta.get("name"):
-            problems.append(Violation(None, f"{where}: project row's name differs from the meta's"))
+            problems.append(Violation(None, f"{where}: project row's name differs from the meta's", PROJECT_ROW_FIX))
         for row in records.chats:
             session_id = keys.row_session_id(row["sk"])
             if session_id in deleting:
@@ -288,20 +311,23 @@ def _project_problems(
                     if meta is None
                     else (f"its meta is in project {named}" if named else "its meta is in no project")
                 )
-                problems.append(Violation(session_id, f"has a row in {where}, but {said}"))
+                problems.append(Violation(session_id, f"has a row in {where}, but {said}", CHAT_ROWS_FIX))
             elif keys.row_time(row) != meta["last_message_time"] or row.get("title") != meta.get("title"):
-                problems.append(Violation(session_id, f"its row in {where} is not at the meta's time and title"))
+                problems.append(
+                    Violation(session_id, f"its row in {where} is not at the meta's time and title", CHAT_ROWS_FIX)
+                )
     for session_id, records in sorted(sessions.items()):
         named = records.meta.get("project_id") if records.meta else None
         if not named:
             continue
         rows = [r for r in projects.get(named, ProjectRecords()).chats if keys.row_session_id(r["sk"]) == session_id]
-        if not rows:
-            problems.append(Violation(session_id, f"meta is in project {named}, which has no row of it"))
+        missing = named not in projects or projects[named].meta is None
+        if not rows and not missing:
+            problems.append(Violation(session_id, f"meta is in project {named}, which has no row of it", CHAT_ROWS_FIX))
         elif len(rows) > 1:
-            problems.append(Violation(session_id, f"has {len(rows)} rows in project {named}"))
-        if named not in projects or projects[named].meta is None:
-            problems.append(Violation(session_id, f"meta is in project {named}, which does not exist"))
+            problems.append(Violation(session_id, f"has {len(rows)} rows in project {named}", CHAT_ROWS_FIX))
+        if missing:
+            problems.append(Violation(session_id, f"meta is in project {named}, which does not exist", LEAVE_FIX))
     return problems
 
 

@@ -8,11 +8,12 @@ get a new meta and row rather than being dropped; only sidebar rows (copies of t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from lib.ops.invariants import Report, SessionRecords
 from lib.storage import items, keys
 from lib.storage.operator import Operator
+from lib.storage.projects import ProjectStore
 from lib.storage.records import Session
 
 
@@ -27,9 +28,15 @@ class Outcome:
 def repair(db: Operator, report: Report, *, dry_run: bool) -> list[Outcome]:
     """Apply (or, dry_run, list) the mechanical fix of every violation in the report that has one."""
     outcomes = []
+    projects = db.projects
     for session_id in sorted({p.session_id for p in report.problems if p.repair and p.session_id}):
-        records = report.records[session_id]
-        for action, write in _plan(db, report.user_id, session_id, records):
+        records = report.records.get(session_id, SessionRecords())  # a project row may name a chat with nothing
+        chat_rows = [r for p in report.projects.values() for r in p.chats if keys.row_session_id(r["sk"]) == session_id]
+        plan = [
+            *_plan(db, report.user_id, session_id, records),
+            *_project_plan(projects, report.user_id, records, chat_rows),
+        ]
+        for action, write in plan:
             if dry_run:
                 outcomes.append(Outcome(session_id, action, False, "dry run"))
                 continue
@@ -40,7 +47,50 @@ def repair(db: Operator, report: Report, *, dry_run: bool) -> list[Outcome]:
                 if done
                 else Outcome(session_id, action, False, "the session changed meanwhile; check again")
             )
+    for project_id, records in sorted(report.projects.items()):
+        if not any(p.repair and p.session_id is None and project_id in p.what for p in report.problems):
+            continue
+        action = (
+            f"project {project_id}: one row at the meta's time and name"
+            if records.meta
+            else (f"project {project_id}: delete its rows (no meta)")
+        )
+        if dry_run:
+            outcomes.append(Outcome(project_id, action, False, "dry run"))
+            continue
+        with db.action("admin", None):
+            done = projects.repair_project_row(report.user_id, records.meta, records.rows)
+        outcomes.append(Outcome(project_id, action, done, "" if done else "the project changed meanwhile; check again"))
     return outcomes
+
+
+def _project_plan(projects: ProjectStore, user_id: str, records: SessionRecords, rows: list[dict]):
+    """The chat's project rows as its meta says (the meta is the truth; the rows are its copies): a chat with no
+    meta loses them; one whose project does not exist leaves it first (as deleting the project would have)."""
+    if records.meta is None:
+        for row in rows:
+            yield f"delete project chat row {row['pk']} {row['sk']}", lambda row=row: projects.repair_orphan_row(row)
+        return
+    meta = Session.from_item(records.meta)
+    if meta.temporary:
+        return
+    right = items.project_chat_item(user_id, meta) if meta.project_id else None
+    missing = meta.project_id is not None and not projects.exists(user_id, meta.project_id)
+    if missing:
+        yield (
+            f"take the chat out of project {meta.project_id}, which does not exist",
+            lambda meta=meta: projects.leave_missing(user_id, meta),
+        )
+        meta, right = replace(meta, project_id=None), None
+    if right is not None and [(r["pk"], r["sk"], r.get("title")) for r in rows] == [
+        (right["pk"]["S"], right["sk"]["S"], meta.title)
+    ]:
+        return
+    if rows or right is not None:
+        yield (
+            "the chat's project rows as its meta says",
+            lambda meta=meta: projects.repair_chat_rows(user_id, meta, rows),
+        )
 
 
 def _plan(db: Operator, user_id: str, session_id: str, records: SessionRecords):
@@ -64,6 +114,7 @@ def _plan(db: Operator, user_id: str, session_id: str, records: SessionRecords):
             and (
                 current[0].get("title") != meta.title
                 or keys.row_time(current[0]) != meta.last_message_time  # a pinned row carries the time itself
+                or current[0].get("project_id") != meta.project_id  # the "All chats" label
             )
         )
     ):

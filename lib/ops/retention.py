@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass, field
+from typing import Any
 
 from lib.ops.deletion import Deleted, delete_sessions
 from lib.ops.users import registered_users
@@ -27,10 +28,11 @@ def _utcnow() -> dt.datetime:
 
 
 def retention(
-    db: Operator, older_than_days: float, *, dry_run: bool, now: dt.datetime | None = None
+    db: Operator, older_than_days: float, *, dry_run: bool, now: dt.datetime | None = None, archives: Any = None
 ) -> dict[str, Deleted]:
     """Delete every session last active before now - older_than_days, for every user; per-user results (users
-    with nothing deleted or kept are left out)."""
+    with nothing deleted or kept are left out). `archives` (lib.storage.archive.ArchiveStore): a deleted chat's
+    archive object goes too, after its items (one left by a crash is an orphan `repair` removes)."""
     if older_than_days <= 0:
         raise ValueError("--older-than must be a positive number of days")
     cutoff = keys.format_time((now or _utcnow()) - dt.timedelta(days=older_than_days))
@@ -38,6 +40,8 @@ def retention(
     for user_id in registered_users(db):
         old = db.sessions_last_active_before(user_id, cutoff)
         deleted = delete_sessions(db, user_id, old, dry_run=dry_run, cutoff=cutoff, command="retention")
+        if archives is not None and not dry_run and deleted.session_ids:
+            deleted.kinds["archive_object"] += archives.delete_objects(user_id, deleted.session_ids)
         # Memories are text taken from the user's questions: one last written before the cutoff goes too (one
         # Query of MEM#). Preferences (the memory switch, custom instructions) are settings the user keeps current
         # on the Memory page, not chat history: they stay.

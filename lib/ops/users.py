@@ -21,6 +21,7 @@ from lib.export import to_json, to_markdown
 from lib.ops.audit_report import counted_already, purge_kinds, unlisted_sessions
 from lib.ops.deletion import delete_sessions
 from lib.storage import keys
+from lib.storage.archive import ArchivedChat
 from lib.storage.operator import Operator
 from lib.storage.store import ChatStore
 from lib.storage.summaries import SummaryStore
@@ -129,7 +130,7 @@ def export_user(
     """Every chat of the user as Markdown and JSON, with what was derived from it (a turn's other versions, the
     running summary: `<chat>.derived.json`), and their memories, in a zip written one chat at a time. Chats no
     sidebar row lists but whose meta exists (found by their vector items) are exported too."""
-    sessions = turns = 0
+    sessions = turns = files = 0
     listed = [r["session_id"] for r in db.chat_rows(user_id) if "session_id" in r]
     unlisted = [s for s in unlisted_sessions(db, user_id, deep=False) if s not in set(listed)]
     with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED) as archive:
@@ -138,11 +139,21 @@ def export_user(
                 session = store.get_session(user_id, session_id)
             except SessionNotFound:
                 continue  # a vector whose chat is gone (search drops it too)
-            messages = store.all_messages(user_id, session.session_id)
+            cold = None
+            if session.archive is not None:  # in the cold tier: read from its object, left archived (docs/archive.md)
+                cold = store.archive.contents(user_id, session, store.bodies)
+                messages = cold.messages
+            else:
+                messages = store.all_messages(user_id, session.session_id)
             name = f"chats/{session.create_time[:10]}-{session.session_id}"
             archive.writestr(f"{name}.md", to_markdown(session, messages))
             archive.writestr(f"{name}.json", to_json(session, messages))
-            derived = _derived(store, summaries, user_id, session.session_id, messages)
+            for m in messages:  # the files attached to its questions, as uploaded (1 GetObject each)
+                for a in m.attachments:
+                    data = store.attachments.read(user_id, session.session_id, a, action="export")
+                    archive.writestr(f"{name}.files/{m.message_id}/{a.attachment_id}-{a.name}", data)
+                    files += 1
+            derived = _derived(store, summaries, user_id, session.session_id, messages, cold=cold)
             if derived:
                 archive.writestr(f"{name}.derived.json", json.dumps(derived, ensure_ascii=False, indent=2, default=str))
             sessions, turns = sessions + 1, turns + len(messages)
@@ -182,23 +193,36 @@ def export_user(
             "memory switch and the custom instructions), projects.json (your projects' names and instructions), and shares.json (your share links and what each live one "
             "shows).\n",
         )
-    return {"sessions": sessions, "turns": turns, "memories": len(memories)}
+    return {"sessions": sessions, "turns": turns, "memories": len(memories), "files": files}
 
 
 def _derived(
-    store: ChatStore, summaries: SummaryStore | None, user_id: str, session_id: str, messages: list
+    store: ChatStore,
+    summaries: SummaryStore | None,
+    user_id: str,
+    session_id: str,
+    messages: list,
+    *,
+    cold: ArchivedChat | None = None,
 ) -> dict[str, object]:
     """What was made from a chat besides its turns: every kept version of a regenerated or edited turn (1 Query
-    each) and the running summary (1 GetItem). Vectors are numbers computed from the turns: not exported."""
+    each) and the running summary (1 GetItem); of an archived chat (`cold`), both from its object, read already
+    (they are no longer in the table). Vectors are numbers computed from the turns: not exported."""
     versions = []
     for message in messages:
-        if message.versions > 1:
-            for version in store.versions.versions(user_id, message):
-                data = dataclasses.asdict(version)
-                data.pop("size", None)
-                data["kept"] = sorted(version.kept)
-                versions.append(data)
-    summary = summaries.get(user_id, session_id, action="export") if summaries is not None else None
+        if cold is not None:
+            kept = cold.versions.get(message.message_id, [])
+        else:
+            kept = store.versions.versions(user_id, message) if message.versions > 1 else []
+        for version in kept:
+            data = dataclasses.asdict(version)
+            data.pop("size", None)
+            data["kept"] = sorted(version.kept)
+            versions.append(data)
+    if cold is not None:
+        summary = cold.summary
+    else:
+        summary = summaries.get(user_id, session_id, action="export") if summaries is not None else None
     out: dict[str, object] = {}
     if versions:
         out["turn_versions"] = versions

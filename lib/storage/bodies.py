@@ -35,6 +35,7 @@ INLINE_BODY_BYTES = 16 * 1024
 PREVIEW_BYTES = 4 * 1024
 DEFAULT_MAX_QUESTION_BYTES = 2 * 1024 * 1024
 POINTERS = {"input": "input_object", "output": "output_object"}
+EVERY = "*"  # in `pointers`: every object of the session is taken as pointed to (an archive that cannot be read)
 
 
 def preview(text: str) -> str:
@@ -137,16 +138,39 @@ class Bodies:
         found: dict[str, str] = {}
         rows = self._db.query_all(
             KeyConditionExpression="pk = :pk",
-            ProjectionExpression="sk, input_object, output_object",
+            ProjectionExpression="sk, input_object, output_object, #archive",
+            ExpressionAttributeNames={"#archive": "archive"},
             ExpressionAttributeValues=to_item({":pk": keys.session_pk(user_id, session_id)}),
             ConsistentRead=True,
             ScanIndexForward=not descending,
         )
         for row in rows:
+            if "archive" in row:  # an archived chat: its turns' pointers are in its archive object (docs/archive.md)
+                found.update(self._archived_pointers(user_id, session_id, from_item(row)["archive"]))
             for part, name in POINTERS.items():
                 ref = BodyRef.from_record(from_item(row)[name]) if name in row else None
                 if ref is not None:
                     found[ref.key] = f"{row['sk']['S']} {part}"
+        return found
+
+    def _archived_pointers(self, user_id: str, session_id: str, record: Any) -> dict[str, str]:
+        """The body pointers an archived chat's object holds (1 GetObject); {EVERY: ...} when it cannot be read, so
+        no body of that chat is ever judged an orphan on a guess."""
+        from lib.storage.archive import read_document
+        from lib.storage.records import ArchiveRef
+
+        ref = ArchiveRef.from_record(record)
+        try:
+            keys.own_archive_object(user_id, session_id, ref.key)
+            items = read_document(self.objects.get_data(BodyRef(ref.key, ref.size, ref.sha256)))["items"]
+        except (ValueError, BodyUnavailable):
+            return {EVERY: f"archived session {session_id} (its archive cannot be read)"}
+        found = {}
+        for item in items:
+            for part, name in POINTERS.items():
+                ref_of = BodyRef.from_record(from_item(item)[name]) if name in item else None
+                if ref_of is not None:
+                    found[ref_of.key] = f"{item['sk']['S']} {part} (archived)"
         return found
 
     def remove_orphans(self, orphans: tuple[StoredObject, ...]) -> int:
@@ -162,7 +186,7 @@ class Bodies:
         for (owner, session_id), stored in by_session.items():
             pointed = self.pointers(owner, session_id, descending=True)
             for found in stored:
-                if found.key not in pointed:
+                if found.key not in pointed and EVERY not in pointed:
                     self.objects.delete_key(found.key)
                     deleted += 1
         return deleted
@@ -222,22 +246,27 @@ def audit(bodies: Bodies, user_id: str | None, *, now: _dt.datetime, grace: _dt.
     listed = list(bodies.objects.listing(prefix))
     strays, by_session = [], defaultdict(list)
     for found in listed:
+        if keys.is_archive_object(found.key):
+            continue  # the cold tier's objects: judged by ArchiveStore.audit (docs/archive.md)
         try:
             owner, session_id, *_ = keys.body_object_parts(found.key)
         except ValueError:
-            strays.append(found.key)
+            if not keys.is_attachment_object(found.key):  # attachments have their own audit (attachments.audit)
+                strays.append(found.key)
             continue
         by_session[(owner, session_id)].append(found)
     orphans, young, missing = [], 0, []
     for (owner, session_id), stored in sorted(by_session.items()):
         pointed = bodies.pointers(owner, session_id)
         for found in stored:
-            if found.key in pointed:
+            if found.key in pointed or EVERY in pointed:
                 continue
             if now - found.modified >= grace:
                 orphans.append(found)
             else:
                 young += 1
         present = {found.key for found in stored}
-        missing += [f"session {session_id} {where}" for key, where in sorted(pointed.items()) if key not in present]
+        missing += [
+            f"session {session_id} {where}" for key, where in sorted(pointed.items()) if key not in present | {EVERY}
+        ]
     return BodyAudit(len(listed), tuple(orphans), young, tuple(missing), tuple(strays))

@@ -59,6 +59,10 @@ ACTIONS = (
     "shared",  # a shared chat opened (and its view counted) or copied by a colleague
     "limits",  # spend limits: today's usage bucket read before a turn, the limits records (docs/limits.md)
     "project",  # projects (docs/projects.md): made, listed, opened, edited, a chat moved, the list row moved forward
+    "archive",  # the cold tier (docs/archive.md): a chat moved to the object store by `admin archive`
+    "restore",  # an archived chat put back in the table when it is opened or sent to
+    "attachment",  # a file attached to a question read back: downloaded by its owner, or sent again by a Retry
+    "branch",  # an older question edited: the long bodies of the turns a branch copies, read whole (lib/turn/branches.py)
 )
 
 

@@ -101,6 +101,11 @@ def meta_item(user_id: str, session: Session) -> dict:
             "pinned_at": session.pinned_at,
             "expire_at": session.expire_at,
             "project_id": session.project_id,
+            "branched_from": (
+                {"session_id": session.branched_from[0], "message_id": session.branched_from[1]}
+                if session.branched_from
+                else None
+            ),
         }
     )
 
@@ -136,6 +141,8 @@ def list_item(user_id: str, session: Session) -> dict:
             "session_id": session.session_id,
             "title": session.title,
             **({"last_message_time": session.last_message_time, "pinned_at": session.pinned_at} if pinned else {}),
+            # the chat's project, so "All chats" labels the row with no read of its own (docs/projects.md)
+            **({"project_id": session.project_id} if session.project_id else {}),
         }
     )
 

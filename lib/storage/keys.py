@@ -34,6 +34,8 @@ Operations:
                   admins set them on the Spend limits page; lib/storage/limits.py, docs/limits.md)
 Object store keys (not table keys; lib/storage/objects.py, docs/objects.md):
     long body     users/<user_id, base64url>/bodies/<session_id>/<message_id>/<input|output>/<object_id>
+    attachment    users/<user_id, base64url>/files/<session_id>/<message_id>/<attachment_id>/<original|text>
+    archived chat users/<user_id, base64url>/archive/<session_id>/<object_id>  (gzip JSON; docs/archive.md)
 Readers classify an item by its sort key (`record_kind`) and skip kinds they do not
 know, so adding a record kind to a partition never breaks a page that reads it.
 
@@ -613,6 +615,103 @@ def own_body_object(user_id: str, key: object) -> str:
     made-up path): a stored pointer is read only under the reader's own prefix."""
     if not isinstance(key, str) or body_object_parts(key)[0] != user_id:
         raise ValueError("not this user's body object")
+    return key
+
+
+# --- the cold tier (lib/storage/archive.py, docs/archive.md) ----------------------------------------------------
+# users/<user, base64url>/archive/<session>/<object id>: one gzip object per archived chat, a fresh object id per
+# archive (a chat archived, restored and archived again never overwrites an object a meta may still name).
+
+
+def archive_object_key(user_id: str, session_id: str, object_id: str) -> str:
+    """The object holding one archived chat's items."""
+    if not is_id(session_id) or not is_id(object_id):
+        raise ValueError("an archive object key needs a session id and an object id")
+    return f"{user_object_prefix(user_id)}archive/{session_id}/{object_id}"
+
+
+def archive_object_parts(key: str) -> tuple[str, str, str]:
+    """(user_id, session_id, object_id) of an archive object's key; ValueError for anything else."""
+    import base64
+    import binascii
+
+    parts = key.split("/") if isinstance(key, str) else []
+    if len(parts) != 5 or parts[0] + "/" != OBJECT_ROOT or parts[2] != "archive" or not _OBJECT_USER_RE.match(parts[1]):
+        raise ValueError("not an archive object key")
+    if not is_id(parts[3]) or not is_id(parts[4]):
+        raise ValueError("not an archive object key")
+    try:
+        user_id = check_user_id(base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4)).decode("utf-8"))
+    except (binascii.Error, UnicodeDecodeError, InvalidUserId) as exc:
+        raise ValueError("not an archive object key") from exc
+    if _object_user(user_id) != parts[1]:
+        raise ValueError("not an archive object key")
+    return user_id, parts[3], parts[4]
+
+
+def is_archive_object(key: str) -> bool:
+    try:
+        archive_object_parts(key)
+    except ValueError:
+        return False
+    return True
+
+
+def own_archive_object(user_id: str, session_id: str, key: object) -> str:
+    """The key, if it names an archive object of this user's chat; ValueError otherwise (a meta's pointer is read
+    only under its own user's prefix and chat)."""
+    if not isinstance(key, str) or archive_object_parts(key)[:2] != (user_id, session_id):
+        raise ValueError("not this chat's archive object")
+    return key
+
+
+# --- attachments (lib/storage/attachments.py, docs/attachments.md) ----------------------------------------------
+# users/<user, base64url>/files/<session>/<message>/<attachment id>/<original|text>: a file attached to a question,
+# as uploaded ("original") and its extracted text ("text", text files and PDFs). Built here from the signed-in user
+# and ids the server made; read only when it parses as this user's (own_attachment_object).
+ATTACHMENT_PARTS = ("original", "text")
+
+
+def attachment_object_key(user_id: str, session_id: str, message_id: str, attachment_id: str, part: str) -> str:
+    """The object of one attachment's bytes ("original") or extracted text ("text")."""
+    if part not in ATTACHMENT_PARTS or not all(is_id(i) for i in (session_id, message_id, attachment_id)):
+        raise ValueError("an attachment key needs a session, message and attachment id and original or text")
+    return f"{user_object_prefix(user_id)}files/{session_id}/{message_id}/{attachment_id}/{part}"
+
+
+def attachment_object_parts(key: str) -> tuple[str, str, str, str, str]:
+    """(user_id, session_id, message_id, attachment_id, part) of an attachment object's key; ValueError for
+    anything else (a forged key, `..`, another kind of object)."""
+    import base64
+    import binascii
+
+    parts = key.split("/") if isinstance(key, str) else []
+    if len(parts) != 7 or parts[0] + "/" != OBJECT_ROOT or parts[2] != "files" or parts[6] not in ATTACHMENT_PARTS:
+        raise ValueError("not an attachment object key")
+    if not _OBJECT_USER_RE.match(parts[1]) or not all(is_id(p) for p in parts[3:6]):
+        raise ValueError("not an attachment object key")
+    try:
+        user_id = check_user_id(base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4)).decode("utf-8"))
+    except (binascii.Error, UnicodeDecodeError, InvalidUserId) as exc:
+        raise ValueError("not an attachment object key") from exc
+    if _object_user(user_id) != parts[1]:  # one spelling per user: no second key naming the same object
+        raise ValueError("not an attachment object key")
+    return user_id, parts[3], parts[4], parts[5], parts[6]
+
+
+def is_attachment_object(key: str) -> bool:
+    try:
+        attachment_object_parts(key)
+    except ValueError:
+        return False
+    return True
+
+
+def own_attachment_object(user_id: str, session_id: str, key: object) -> str:
+    """The key, if it names an attachment object of this user's chat; ValueError otherwise (another user's prefix,
+    another chat, `..`, a made-up path): a stored record is read only under its reader's own prefix."""
+    if not isinstance(key, str) or attachment_object_parts(key)[:2] != (user_id, session_id):
+        raise ValueError("not this chat's attachment object")
     return key
 
 

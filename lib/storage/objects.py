@@ -29,6 +29,7 @@ from lib.storage import keys
 from lib.storage.capacity import Meter
 
 _MISSING = frozenset({"NoSuchKey", "404", "NotFound"})
+TEXT_TYPE = "text/plain; charset=utf-8"  # what an object is stored as unless its writer says otherwise (a body)
 _BUSY = "The object store is busy or unreachable right now; nothing was lost. Try again in a moment."
 
 
@@ -66,6 +67,8 @@ class StoredObject:
 class ObjectBackend(Protocol):
     """What each backend does: one request each (list: one per page of 1,000)."""
 
+    # `content_type=` is passed only for a type other than TEXT_TYPE (an attachment's): S3 stores it, the others
+    # ignore it
     def put_bytes(self, key: str, data: bytes, *, sha256: str) -> None: ...
 
     def get_bytes(self, key: str) -> bytes: ...  # ObjectMissing
@@ -99,27 +102,39 @@ class ObjectStore:
     def put_text(self, key: str, text: str) -> BodyRef:
         """Write `text` (UTF-8) under `key` (1 PutObject); its pointer. ObjectStoreUnavailable if the store cannot
         take it (nothing half-written is visible then)."""
-        data = text.encode("utf-8")
-        digest = sha256_hex(data)
+        return self.put_data(key, text.encode("utf-8"))
+
+    def get_text(self, ref: BodyRef) -> str:
+        """The body a pointer names (1 GetObject), checked against its size and sha256; BodyUnavailable when it is
+        missing or damaged, ObjectStoreUnavailable when the store cannot answer."""
         try:
-            self.backend.put_bytes(key, data, sha256=digest)
+            return self.get_data(ref, what="This long message's full text").decode("utf-8")
+        except BodyUnavailable as exc:  # said with what is still shown: the beginning the turn item keeps
+            raise BodyUnavailable(f"{exc} Only its beginning is kept in the chat.") from exc
+
+    def put_data(self, key: str, data: bytes, *, content_type: str = TEXT_TYPE) -> BodyRef:
+        """Write `data` as is under `key` (1 PutObject): an attachment's bytes (lib/storage/attachments.py), stored
+        with `content_type` (its record's media type) where the backend keeps one (S3)."""
+        digest = sha256_hex(data)
+        typed = {} if content_type == TEXT_TYPE else {"content_type": content_type}
+        try:
+            self.backend.put_bytes(key, data, sha256=digest, **typed)
         except ObjectStoreUnavailable:
             self._count("PutObject", 0, ok=False)
             raise
         self._count("PutObject", len(data))
         return BodyRef(key, len(data), digest)
 
-    def get_text(self, ref: BodyRef) -> str:
-        """The body a pointer names (1 GetObject), checked against its size and sha256; BodyUnavailable when it is
-        missing or damaged, ObjectStoreUnavailable when the store cannot answer."""
+    def get_data(self, ref: BodyRef, *, what: str = "This file") -> bytes:
+        """The bytes a pointer names (1 GetObject), checked against its size and sha256; BodyUnavailable (saying
+        `what` is missing or damaged) or ObjectStoreUnavailable."""
         try:
             data = self.backend.get_bytes(ref.key)
         except ObjectMissing as exc:
             self._count("GetObject", 0, ok=False)
             logs.error("objects.missing", exc_info=False, size=ref.size)
             raise BodyUnavailable(
-                "This long message's full text is missing from the object store; only its beginning is kept in "
-                "the chat. An operator can find why with `python -m lib.admin check`."
+                f"{what} is missing from the object store. An operator can find why with `python -m lib.admin check`."
             ) from exc
         except ObjectStoreUnavailable:
             self._count("GetObject", 0, ok=False)
@@ -127,11 +142,8 @@ class ObjectStore:
         self._count("GetObject", len(data))
         if len(data) != ref.size or sha256_hex(data) != ref.sha256:
             logs.error("objects.checksum_mismatch", exc_info=False, size=ref.size, found=len(data))
-            raise BodyUnavailable(
-                "This long message's full text is damaged in the object store (its checksum does not match), so "
-                "it is not shown; only its beginning is kept in the chat."
-            )
-        return data.decode("utf-8")
+            raise BodyUnavailable(f"{what} is damaged in the object store (its checksum does not match).")
+        return data
 
     def delete_key(self, key: str) -> None:
         """Remove one object (1 DeleteObject; an absent one is not an error)."""
@@ -187,14 +199,14 @@ class S3Objects:
                 "The object store cannot be reached; nothing was lost. Try again in a moment."
             ) from exc
 
-    def put_bytes(self, key: str, data: bytes, *, sha256: str) -> None:
+    def put_bytes(self, key: str, data: bytes, *, sha256: str, content_type: str = "") -> None:
         import base64
 
         self._call(
             "put_object",
             Key=key,
             Body=data,
-            ContentType="text/plain; charset=utf-8",
+            ContentType=content_type or TEXT_TYPE,
             # S3 refuses the upload unless the bytes it received have this checksum: no torn object is stored
             ChecksumSHA256=base64.b64encode(bytes.fromhex(sha256)).decode("ascii"),
         )
@@ -236,7 +248,7 @@ class MemoryObjects:
         self._objects: dict[str, tuple[bytes, _dt.datetime]] = {}
         self._lock = threading.Lock()
 
-    def put_bytes(self, key: str, data: bytes, *, sha256: str) -> None:
+    def put_bytes(self, key: str, data: bytes, *, sha256: str, content_type: str = "") -> None:
         with self._lock:
             self._objects[key] = (bytes(data), _dt.datetime.now(_dt.UTC))
 

@@ -15,6 +15,7 @@ from lib.errors import InvalidUserId, MessageNotFound, MessageNotPending
 from lib.storage import keys, partitions
 from lib.storage.capacity import Meter
 from lib.storage.gateway import Gateway, from_item, on_condition_failed, to_item
+from lib.storage.projects import ProjectStore
 from lib.storage.records import INTERRUPTED, Message
 from lib.storage.repairs import Repairs
 from lib.storage.shares import ShareStore
@@ -26,9 +27,10 @@ CHECK_PROJECTION = (
     "pk, sk, session_id, user_id, title, create_time, last_message_time, message_count, message_id, "
     "#status, attempt_time, system_prompt_id, session_ids, source_command, version, versions, kept, pinned_at, "
     "expire_at, "  # an audit record's TTL: `check --all` reports one without it (lib/ops/invariants.py AuditTrail)
-    "project_id, #name, last_activity_time"  # projects (docs/projects.md): a chat's, and a project's meta and row
+    "project_id, #name, last_activity_time, "  # projects (docs/projects.md): a chat's, and a project's meta and row
+    "#archive"  # the cold tier (docs/archive.md): an archived chat's turns are in its object, not missing
 )
-_CHECK_NAMES = {"#status": "status", "#name": "name"}
+_CHECK_NAMES = {"#status": "status", "#name": "name", "#archive": "archive"}
 # What a partition listing reads: keys, the session a sidebar row names (and a pinned row's last message time, which
 # its key does not hold), the sessions a purge marker lists.
 _LISTING, _LISTING_NAMES = "pk, sk, session_id, last_message_time, #ids", {"#ids": "session_ids"}
@@ -66,6 +68,11 @@ class Operator:
     def repairs(self) -> Repairs:
         """The repair writes (lib/storage/repairs.py), through the same gateway."""
         return Repairs(self._db)
+
+    @property
+    def projects(self) -> ProjectStore:
+        """The project records (lib/storage/projects.py), through the same gateway: repair's project writes."""
+        return ProjectStore(self._db)
 
     @property
     def shares(self) -> ShareStore:

@@ -38,6 +38,8 @@ ACTIVITY_STEP_S = 60  # the project row moves forward only by at least this much
 PROJECT_LIST_LIMIT = 100  # projects listed, most recently active first
 PROJECT_CHATS_PAGE = 20
 MAX_RACE_RETRIES = 3
+DELETE_PAGE = 100  # a deletion reads its project's chats this many at a time
+MAX_DELETE_PASSES = 1_000  # 100,000 chats; past it the project is left marked (deleting it again goes on)
 _NOT_FOUND = "No such project (it may have been deleted, or the link is not yours)."
 
 
@@ -124,24 +126,37 @@ class ProjectStore:
             )
         return project
 
-    def list(self, user_id: str, *, limit: int = PROJECT_LIST_LIMIT) -> list[ProjectSummary]:
-        """The user's projects, most recently active first (1 Query of the PRJ# rows; the name rides on the row)."""
+    def list(self, user_id: str, *, limit: int | None = None) -> list[ProjectSummary]:
+        """The user's most recently active projects (the first page of `list_page`: 1 Query)."""
+        return self.list_page(user_id, limit=limit).items
+
+    def list_page(self, user_id: str, *, cursor: str | None = None, limit: int | None = None) -> Page:
+        """One page of the user's projects, most recently active first (1 Query of the PRJ# rows; the name rides on
+        the row); `cursor` (signed, from the page before) continues past the first PROJECT_LIST_LIMIT.
+        InvalidCursor for a cursor that is not this list's."""
+        pk = keys.user_pk(user_id)
+        params: dict[str, Any] = {
+            "KeyConditionExpression": "pk = :pk AND begins_with(sk, :prefix)",
+            "ExpressionAttributeValues": to_item({":pk": pk, ":prefix": keys.PROJECT_PREFIX}),
+            "ScanIndexForward": False,
+            "Limit": limit or PROJECT_LIST_LIMIT,
+            "ConsistentRead": True,
+        }
+        if cursor is not None:
+            sk = self._cursors.decode(pk, cursor).get("sk")
+            if not isinstance(sk, str) or keys.record_kind(sk) != keys.PROJECT_ROW:
+                raise InvalidCursor("This page link is not valid any more; reload the list.")
+            params["ExclusiveStartKey"] = to_item({"pk": pk, "sk": sk})
         with self._db.action("project", user_id):
-            response = self._db.call(
-                "query",
-                KeyConditionExpression="pk = :pk AND begins_with(sk, :prefix)",
-                ExpressionAttributeValues=to_item({":pk": keys.user_pk(user_id), ":prefix": keys.PROJECT_PREFIX}),
-                ScanIndexForward=False,
-                Limit=limit,
-                ConsistentRead=True,
-            )
+            response = self._db.call("query", **params)
         found = []
         for item in map(from_item, response.get("Items", [])):
             if keys.record_kind(item["sk"]) == keys.PROJECT_ROW:
                 found.append(ProjectSummary.from_item(item))
             else:
                 logs.warning("store.unknown_record", kind=keys.record_kind(item["sk"]), operation="list_projects")
-        return found
+        last = response.get("LastEvaluatedKey")
+        return Page(found, self._cursors.encode(pk, {"sk": last["sk"]["S"]}) if last else None)
 
     def get(self, user_id: str, project_id: str, *, action: str = "project") -> Project:
         """The project meta by id (1 consistent GetItem); ProjectNotFound for a malformed, unknown or foreign id."""
@@ -194,9 +209,9 @@ class ProjectStore:
                     on_condition_failed(ProjectNotFound(_NOT_FOUND)),
                     self._db.action("project", user_id),
                 ):
-                    self._db.call(  # the project must exist: an edit never creates one
+                    self._db.call(  # the project must exist (an edit never creates one) and not be being deleted
                         "update_item",
-                        ConditionExpression="attribute_exists(pk)",
+                        ConditionExpression="attribute_exists(pk) AND attribute_not_exists(deleting)",
                         ExpressionAttributeValues=to_item(values),
                         **update,
                     )
@@ -210,7 +225,7 @@ class ProjectStore:
                             "Update": {  # only while the row we name below is the current one
                                 "TableName": self._db.table,
                                 **update,
-                                "ConditionExpression": "last_activity_time = :old",
+                                "ConditionExpression": "last_activity_time = :old AND attribute_not_exists(deleting)",
                                 "ExpressionAttributeValues": to_item({**values, ":old": project.last_activity_time}),
                             }
                         },
@@ -231,6 +246,8 @@ class ProjectStore:
             if attempt == MAX_RACE_RETRIES:
                 raise SessionChanged("This project kept changing in another tab; reload and save again.")
             project = self.get(user_id, project.project_id)  # ProjectNotFound if it is gone
+            if project.deleting:
+                raise ProjectNotFound(_NOT_FOUND)
         raise AssertionError("unreachable")
 
     def touch(self, user_id: str, project: Project, at: str) -> Project:
@@ -251,7 +268,9 @@ class ProjectStore:
                                 "TableName": self._db.table,
                                 "Key": to_item(keys.project_meta_key(user_id, project.project_id)),
                                 "UpdateExpression": "SET last_activity_time = :new",
-                                "ConditionExpression": "last_activity_time = :old AND #name = :name",
+                                # a project being deleted keeps its row where the deletion will look for it
+                                "ConditionExpression": "last_activity_time = :old AND #name = :name AND "
+                                "attribute_not_exists(deleting)",
                                 "ExpressionAttributeNames": {"#name": "name"},
                                 "ExpressionAttributeValues": to_item(
                                     {":new": at, ":old": project.last_activity_time, ":name": project.name}
@@ -273,6 +292,8 @@ class ProjectStore:
             try:
                 project = self.get(user_id, project.project_id)  # another send moved it (or a rename): as it is now
             except ProjectNotFound:
+                return project
+            if project.deleting:
                 return project
         logs.warning("project.touch_kept_changing", project_id=project.project_id)
         return project
@@ -311,7 +332,8 @@ class ProjectStore:
                             }
                         ),
                     }
-                }
+                },
+                _sidebar_label(self._db.table, user_id, session, project_id),
             ]
             if session.project_id is not None:
                 old = items.project_chat_item(user_id, session)
@@ -328,10 +350,10 @@ class ProjectStore:
                 actions.append({"Put": {"TableName": self._db.table, "Item": items.project_chat_item(user_id, target)}})
                 actions.append(
                     {
-                        "ConditionCheck": {  # the target is this user's project and still exists
+                        "ConditionCheck": {  # the target is this user's project, exists, and is not being deleted
                             "TableName": self._db.table,
                             "Key": to_item(keys.project_meta_key(user_id, project_id)),
-                            "ConditionExpression": "attribute_exists(pk)",
+                            "ConditionExpression": "attribute_exists(pk) AND attribute_not_exists(deleting)",
                         }
                     }
                 )
@@ -355,6 +377,214 @@ class ProjectStore:
         if item is None:
             raise SessionNotFound("No such chat.")
         return Session.from_item(from_item(item))
+
+    # --- deleting a project -------------------------------------------------------------------------------------
+
+    def delete(self, user_id: str, project_id: str, *, on_moved: Any = None) -> list[Session]:
+        """Delete the project; its chats are not deleted: each leaves it (as Move to project, No project would) in
+        its own transaction. Returns the chats moved out (`on_moved(session)` is called after each). Steps:
+          1. UpdateItem of the meta: SET deleting (if not set). From this write on, no chat can join the project (the
+             ConditionChecks of a new chat and of a move into it refuse it) and its row stays where it is (touch and
+             rename refuse it), so the row named in step 3 is the one this write returns.
+          2. Query the project's chats from the top (100 a page, consistent), and per chat 1 GetItem of its meta and
+             1 TransactWriteItems (move_chat to no project); a row whose chat names another project (or has no
+             meta) is only a stale copy: 1 DeleteItem. Again from the top until none is left: a send moves a chat's
+             row up past where a cursor would be, so a re-read from the top is what finds it.
+          3. TransactWriteItems: Delete the meta (only while marked), Delete its row.
+        A crash leaves the project marked with some chats moved out; deleting it again finishes the job.
+        ProjectNotFound for a malformed, unknown or foreign id."""
+        key = keys.project_meta_key(user_id, checked_id(project_id))
+        with on_condition_failed(ProjectNotFound(_NOT_FOUND)), self._db.action("project", user_id):
+            marked = self._db.call(  # only an existing project: the mark never creates one
+                "update_item",
+                Key=to_item(key),
+                UpdateExpression="SET deleting = if_not_exists(deleting, :at)",
+                ConditionExpression="attribute_exists(pk)",
+                ExpressionAttributeValues=to_item({":at": keys.now()}),
+                ReturnValues="ALL_NEW",
+            )
+        project = Project.from_item(from_item(marked["Attributes"]))
+        moved: list[Session] = []
+        pk = keys.project_pk(user_id, project_id)
+        for _pass in range(MAX_DELETE_PASSES):
+            with self._db.action("project", user_id):
+                rows = self._db.call(
+                    "query",
+                    KeyConditionExpression="pk = :pk AND begins_with(sk, :prefix)",
+                    ExpressionAttributeValues=to_item({":pk": pk, ":prefix": keys.SESSION_PREFIX}),
+                    Limit=DELETE_PAGE,
+                    ConsistentRead=True,
+                ).get("Items", [])
+            if not rows:
+                break
+            for row in map(from_item, rows):
+                session_id = keys.row_session_id(row["sk"])
+                try:
+                    session = self._session(user_id, session_id)
+                except SessionNotFound:
+                    session = None
+                if session is not None and session.project_id == project_id:
+                    out = self.move_chat(user_id, session, None)
+                    moved.append(out)
+                    if on_moved is not None:
+                        on_moved(out)
+                else:  # its chat names another project or none, or is gone: a stale copy
+                    self._delete_chat_row(user_id, row)
+        else:
+            raise SessionChanged("This project's chats kept changing while it was being deleted; delete it again.")
+        row_key = keys.project_row_key(user_id, project.last_activity_time, project_id)
+        with on_condition_failed() as gone, self._db.action("project", user_id):
+            self._db.call(
+                "transact_write_items",
+                TransactItems=[
+                    {
+                        "Delete": {  # only the marked meta (the mark froze its row's time)
+                            "TableName": self._db.table,
+                            "Key": to_item(key),
+                            "ConditionExpression": "attribute_exists(deleting)",
+                        }
+                    },
+                    {"Delete": {"TableName": self._db.table, "Key": to_item(row_key)}},
+                ],
+            )
+        if gone:  # another tab finished the same deletion first
+            logs.warning("project.delete_finished_elsewhere", project_id=project_id)
+        return moved
+
+    def exists(self, user_id: str, project_id: str) -> bool:
+        """True if the user's project meta exists (1 consistent GetItem of its key only; repair asks)."""
+        item = self._db.call(
+            "get_item",
+            Key=to_item(keys.project_meta_key(user_id, checked_id(project_id))),
+            ConsistentRead=True,
+            ProjectionExpression="pk",
+        ).get("Item")
+        return item is not None
+
+    def _delete_chat_row(self, user_id: str, row: dict) -> None:
+        """A project chat row its chat's meta does not back (the meta names another project, none, or is gone)."""
+        with self._db.action("project", user_id):
+            self._db.call("delete_item", Key=to_item({"pk": row["pk"], "sk": row["sk"]}))
+
+    # --- repair (python -m lib.admin repair; lib/ops/repair.py decides which) --------------------------------------
+
+    def repair_chat_rows(self, user_id: str, session: Session, rows: list[dict]) -> bool:
+        """Leave the chat's project rows as its meta says: exactly one, at its time and title, in the project the
+        meta names (none when it names none), in one transaction conditional on the meta as the check read it.
+        False (nothing written) if the chat changed since."""
+        clause, values = meta_condition(session)
+        right = items.project_chat_item(user_id, session) if session.project_id else None
+        actions: list[dict] = [
+            {
+                "ConditionCheck": {  # the meta as the check saw it: the rows below are that state's
+                    "TableName": self._db.table,
+                    "Key": to_item(keys.meta_key(user_id, session.session_id)),
+                    "ConditionExpression": f"last_message_time = :t AND #title = :title AND {clause}",
+                    "ExpressionAttributeNames": {"#title": "title"},
+                    "ExpressionAttributeValues": to_item(
+                        {**values, ":t": session.last_message_time, ":title": session.title}
+                    ),
+                }
+            }
+        ]
+        actions += [
+            {"Delete": {"TableName": self._db.table, "Key": to_item({"pk": r["pk"], "sk": r["sk"]})}}
+            for r in rows
+            if right is None or (r["pk"], r["sk"]) != (right["pk"]["S"], right["sk"]["S"])
+        ]
+        if right is not None:
+            actions.append({"Put": {"TableName": self._db.table, "Item": right}})
+        with on_condition_failed() as changed:
+            self._db.call("transact_write_items", TransactItems=actions)
+        return not changed
+
+    def repair_orphan_row(self, row: dict) -> bool:
+        """Delete a project chat row whose chat has no meta any more (1 DeleteItem): a copy of nothing."""
+        with on_condition_failed() as changed:
+            self._db.call(
+                "delete_item",
+                Key=to_item({"pk": row["pk"], "sk": row["sk"]}),
+                ConditionExpression="attribute_exists(pk)",
+            )
+        return not changed
+
+    def leave_missing(self, user_id: str, session: Session) -> bool:
+        """A chat whose meta names a project that does not exist leaves it (what deleting the project does): 1
+        TransactWriteItems: REMOVE the meta's project_id (only while it names that project), its sidebar row's label,
+        and a ConditionCheck that the project is indeed gone."""
+        actions = [
+            {
+                "Update": {
+                    "TableName": self._db.table,
+                    "Key": to_item(keys.meta_key(user_id, session.session_id)),
+                    "UpdateExpression": "REMOVE project_id",
+                    "ConditionExpression": "project_id = :project AND last_message_time = :t",
+                    "ExpressionAttributeValues": to_item(
+                        {":project": session.project_id, ":t": session.last_message_time}
+                    ),
+                }
+            },
+            _sidebar_label(self._db.table, user_id, session, None),
+            {
+                "ConditionCheck": {  # made meanwhile? then the chat is in it after all: leave it alone
+                    "TableName": self._db.table,
+                    "Key": to_item(keys.project_meta_key(user_id, session.project_id)),
+                    "ConditionExpression": "attribute_not_exists(pk)",
+                }
+            },
+        ]
+        with on_condition_failed() as changed:
+            self._db.call("transact_write_items", TransactItems=actions)
+        return not changed
+
+    def repair_project_row(self, user_id: str, meta: dict, rows: list[dict]) -> bool:
+        """Leave the project exactly one row, at its meta's last_activity_time with its name (1 TransactWriteItems,
+        on the meta as the check read it), or, with no meta, delete its rows."""
+        actions: list[dict] = []
+        right = None
+        if meta is not None:
+            project = Project.from_item(meta)
+            right = _row_item(user_id, project)
+            actions.append(
+                {
+                    "ConditionCheck": {
+                        "TableName": self._db.table,
+                        "Key": to_item(keys.project_meta_key(user_id, project.project_id)),
+                        "ConditionExpression": "last_activity_time = :old AND #name = :name",
+                        "ExpressionAttributeNames": {"#name": "name"},
+                        "ExpressionAttributeValues": to_item(
+                            {":old": project.last_activity_time, ":name": project.name}
+                        ),
+                    }
+                }
+            )
+        actions += [
+            {"Delete": {"TableName": self._db.table, "Key": to_item({"pk": r["pk"], "sk": r["sk"]})}}
+            for r in rows
+            if right is None or r["sk"] != right["sk"]["S"]
+        ]
+        if right is not None:
+            actions.append({"Put": {"TableName": self._db.table, "Item": right}})
+        if not actions:
+            return True
+        with on_condition_failed() as changed:
+            self._db.call("transact_write_items", TransactItems=actions)
+        return not changed
+
+
+def _sidebar_label(table: str, user_id: str, session: Session, project_id: str | None) -> dict:
+    """The chat's sidebar row's copy of its project (the "All chats" label): the row as the tab read it must exist,
+    or the update would make a phantom row."""
+    row = items.list_item(user_id, session)
+    return {
+        "Update": {
+            "TableName": table,
+            "Key": {"pk": row["pk"], "sk": row["sk"]},
+            "UpdateExpression": "SET project_id = :to" if project_id else "REMOVE project_id",
+            "ConditionExpression": "attribute_exists(pk)",
+            **({"ExpressionAttributeValues": to_item({":to": project_id})} if project_id else {}),
+        }
+    }
 
 
 def _behind(activity: str, at: str) -> bool:
@@ -417,10 +647,10 @@ def chat_created(table: str, user_id: str, session: Session) -> list[dict]:
         return []
     return [
         {
-            "ConditionCheck": {
+            "ConditionCheck": {  # exists, and is not being deleted (its chats are leaving it)
                 "TableName": table,
                 "Key": to_item(keys.project_meta_key(user_id, session.project_id)),
-                "ConditionExpression": "attribute_exists(pk)",
+                "ConditionExpression": "attribute_exists(pk) AND attribute_not_exists(deleting)",
             }
         },
         {"Put": {"TableName": table, "Item": items.project_chat_item(user_id, session)}},

@@ -7,12 +7,53 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lib.storage import keys, seen
+from lib.storage.attachments import Attachment
+from lib.storage.attachments import from_item_value as attachment_records
 from lib.storage.objects import BodyRef
 
 PENDING, DONE, FAILED = "pending", "done", "failed"
 # Why a turn never got its answer when the process writing it stopped: what the chat page shows under a stale
 # pending turn, and the error the pending sweep stores when it marks one failed (the same sentence for both).
 INTERRUPTED = "Interrupted: the answer never finished (the app stopped before it could save it)."
+
+
+@dataclass(frozen=True)
+class ArchiveRef:
+    """An archived chat's pointer, on its meta (docs/archive.md): the object's key, size and sha256 (of the gzip
+    bytes), how many items and turns it holds, and when it was archived."""
+
+    key: str
+    size: int
+    sha256: str
+    items: int = 0
+    turns: int = 0
+    archived_at: str = ""
+
+    def record(self) -> dict[str, Any]:
+        return {
+            "key": self.key,
+            "size": self.size,
+            "sha256": self.sha256,
+            "items": self.items,
+            "turns": self.turns,
+            "archived_at": self.archived_at,
+        }
+
+    @classmethod
+    def from_record(cls, value: Any) -> ArchiveRef:
+        """The pointer as stored; a malformed one still reads as archived (key "") so no page shows the chat as
+        empty: its restore fails with a clear error and `admin check` reports it."""
+        try:
+            return cls(
+                str(value["key"]),
+                int(value["size"]),
+                str(value["sha256"]),
+                int(value.get("items", 0)),
+                int(value.get("turns", 0)),
+                str(value.get("archived_at", "")),
+            )
+        except (KeyError, TypeError, ValueError, AttributeError):
+            return cls("", 0, "")
 
 
 @dataclass(frozen=True)
@@ -31,6 +72,11 @@ class Session:
     # `expire_at` (epoch seconds) and it reads as gone once that has passed, before TTL deletes it.
     expire_at: int | None = None
     project_id: str | None = None  # the project the chat is in (its row in the project's partition: docs/projects.md)
+    # The cold tier (docs/archive.md): the pointer to the chat's archive object while its turns are in the object
+    # store instead of the table; None for a live chat.
+    archive: ArchiveRef | None = None
+    # A branch (lib/turn/branches.py): the chat and the question it was branched from, its earlier turns copied.
+    branched_from: tuple[str, str] | None = None
 
     @property
     def temporary(self) -> bool:
@@ -53,7 +99,16 @@ class Session:
             pinned_at=item.get("pinned_at"),
             expire_at=int(item["expire_at"]) if "expire_at" in item else None,
             project_id=item.get("project_id"),
+            archive=ArchiveRef.from_record(item["archive"]) if "archive" in item else None,
+            branched_from=_branch_origin(item.get("branched_from")),
         )
+
+
+def _branch_origin(value: Any) -> tuple[str, str] | None:
+    """A meta's `branched_from` ({session_id, message_id}); anything else (absent, damaged) is no origin."""
+    if isinstance(value, dict) and keys.is_id(value.get("session_id")) and keys.is_id(value.get("message_id")):
+        return value["session_id"], value["message_id"]
+    return None
 
 
 @dataclass(frozen=True)
@@ -64,14 +119,27 @@ class SessionSummary:
     title: str
     last_message_time: str
     pinned: bool = False
+    project_id: str | None = None  # the chat's project, copied on its sidebar row (None on a project's own list)
 
     @classmethod
     def from_item(cls, item: dict[str, Any]) -> SessionSummary:
-        return cls(item["session_id"], item["title"], keys.row_time(item), keys.is_pinned_sk(item["sk"]))
+        return cls(
+            item["session_id"],
+            item["title"],
+            keys.row_time(item),
+            keys.is_pinned_sk(item["sk"]),
+            item.get("project_id") if keys.is_id(item.get("project_id")) else None,
+        )
 
     @classmethod
     def of(cls, session: Session) -> SessionSummary:
-        return cls(session.session_id, session.title, session.last_message_time, session.pinned_at is not None)
+        return cls(
+            session.session_id,
+            session.title,
+            session.last_message_time,
+            session.pinned_at is not None,
+            session.project_id,
+        )
 
 
 @dataclass(frozen=True)
@@ -105,6 +173,8 @@ class Message:
     input_ref: BodyRef | None = None
     output_ref: BodyRef | None = None
     expire_at: int | None = None  # a temporary chat's turn: when TTL deletes it (its version records copy it)
+    # Files attached to the question (lib/storage/attachments.py): records only; the bytes are in the object store.
+    attachments: tuple[Attachment, ...] = ()
 
     @classmethod
     def from_item(cls, item: dict[str, Any], size: int = 0) -> Message:
@@ -137,6 +207,7 @@ class Message:
             input_ref=BodyRef.from_record(item["input_object"]) if "input_object" in item else None,
             output_ref=BodyRef.from_record(item["output_object"]) if "output_object" in item else None,
             expire_at=number("expire_at") or None,
+            attachments=attachment_records(item.get("attachments")),
         )
 
     def partial(self, part: str) -> bool:
@@ -277,6 +348,7 @@ class Project:
     instructions: str
     create_time: str
     last_activity_time: str
+    deleting: str | None = None  # when its deletion began: no chat joins it, its chats are leaving it
 
     @classmethod
     def from_item(cls, item: dict[str, Any]) -> Project:
@@ -286,6 +358,7 @@ class Project:
             instructions=str(item.get("instructions", "")),
             create_time=item["create_time"],
             last_activity_time=item["last_activity_time"],
+            deleting=item.get("deleting"),
         )
 
     def block(self) -> str:

@@ -12,6 +12,7 @@ from typing import Any
 
 from lib.storage import items, keys
 from lib.storage.gateway import Gateway, from_item, on_condition_failed, to_item
+from lib.storage.projects import meta_condition as project_condition
 from lib.storage.records import Session
 
 
@@ -47,15 +48,17 @@ class Repairs:
         """Leave exactly one sidebar row, at the meta's time with its title: one transaction that deletes the
         others and puts the right one."""
         right = items.list_item(user_id, meta)
+        project, in_project = project_condition(meta)  # the row's project label is the meta's, as the check read it
         actions: list[dict] = [
             {
                 "ConditionCheck": {  # the meta is still where the check saw it, pinned (or not) as it saw it
                     "TableName": self._db.table,
                     "Key": to_item(keys.meta_key(user_id, meta.session_id)),
                     "ConditionExpression": "last_message_time = :t AND title = :title AND "
-                    + ("pinned_at = :pin" if meta.pinned_at else "attribute_not_exists(pinned_at)"),
+                    + ("pinned_at = :pin" if meta.pinned_at else "attribute_not_exists(pinned_at)")
+                    + f" AND {project}",
                     "ExpressionAttributeValues": to_item(
-                        {":t": meta.last_message_time, ":title": meta.title, ":pin": meta.pinned_at}
+                        {":t": meta.last_message_time, ":title": meta.title, ":pin": meta.pinned_at, **in_project}
                     ),
                 }
             }

@@ -21,11 +21,15 @@ from collections.abc import Iterable, Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
-KINDS = ("system", "instructions", "project", "memory", "summary", "recalled", "turn", "turns", "question")
+KINDS = (
+    "system", "instructions", "project", "memory", "summary", "recalled", "turn", "turns", "question", "attachment"
+)  # fmt: skip
 LISTED = ("memory", "recalled")  # kinds listed by id up to MAX_LISTED, the rest counted in one part
 MAX_LISTED = 16
 # 2 * 16 listed parts of "recalled 999999~ <26-char id>" (42 bytes), their two "+count" parts, the run of turns,
 # system, instructions, summary and question, and the separators: tests/test_seen.py builds it and checks the figure.
+# (Each file attached to the question adds one part of at most 46 bytes, `attachment 999999~ <26-char id>`: 230 with
+# the default CHAT_MAX_ATTACHMENTS of 5, docs/attachments.md.)
 # (A project's instructions add one part of at most 42 bytes, `project 999999 <26-char id>`: tests/test_projects.py.)
 MAX_BYTES = 1_600
 UNREADABLE = "unreadable"

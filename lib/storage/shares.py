@@ -14,6 +14,7 @@ Request budget (an extra request is a defect; tests/test_shares.py counts them):
     create     1 TransactWriteItems (head, parts, link record)
     update     1 TransactWriteItems (link record, head, parts put, surplus parts deleted)
     revoke     1 TransactWriteItems (link record marked, head and parts deleted); +1 GetItem on a refusal
+    remove     1 DeleteItem (a revoked link's record, off the owner's list)
     list       1 Query (LINK#, the owner's partition) + 1 BatchGetItem of the live heads' view counts
     open       1 Query (the share's partition, consistent) + 1 UpdateItem (ADD view_count)
     snapshot   1 Query (the same, for "Continue in my own chat": no view counted)
@@ -325,6 +326,19 @@ class ShareStore:
                 return False
             link = current  # updated in another tab: revoke what is there now
         raise LinkNotFound("This link kept changing in another tab; reload your links and revoke it again.")
+
+    def remove(self, user_id: str, link: ShareLink) -> None:
+        """Take a revoked link off "Shared links": 1 DeleteItem of the owner's record, only while it is revoked (a
+        live link is revoked first: its share must go with it). LinkNotFound for a live, foreign or unknown link."""
+        with (
+            self._db.action("share", user_id),
+            on_condition_failed(LinkNotFound("Only a revoked link can be removed from your list; revoke it first.")),
+        ):
+            self._db.call(
+                "delete_item",
+                Key=to_item(keys.link_key(user_id, link.link_id)),
+                ConditionExpression="attribute_exists(revoke_time)",  # a live link's share would be left behind
+            )
 
     def link(self, user_id: str, link_id: str) -> ShareLink | None:
         """The caller's own link record, or None (1 consistent GetItem); a malformed id makes no request."""

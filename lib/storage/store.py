@@ -11,7 +11,7 @@ Request budget per action (an extra request is a defect):
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -32,8 +32,11 @@ from lib.errors import (
     StoreUnavailable,
     TemporaryChat,
 )
+from lib.storage import attachments as attachment_rows
 from lib.storage import items, keys, partitions, seen
 from lib.storage import projects as project_rows
+from lib.storage.archive import ArchiveStore
+from lib.storage.attachments import Attachments, Upload
 from lib.storage.bodies import DEFAULT_MAX_QUESTION_BYTES, POINTERS, Bodies
 from lib.storage.capacity import Meter
 from lib.storage.cursor import CursorCodec
@@ -103,7 +106,11 @@ class ChatStore:
         self.versions = VersionStore(self._db)  # a turn's kept answers: Regenerate, Edit, switching versions
         # Long bodies in the object store, written before the DynamoDB write that points at them (docs/objects.md)
         self.bodies = Bodies(self._db, objects, max_question_bytes)
+        # Files attached to a question: objects first, then the turn's records in the same transaction as ever
+        self.attachments = Attachments(self._db, objects)
         self.projects = ProjectStore(self._db, self._cursors)  # projects and a chat's place in one (docs/projects.md)
+        # The cold tier (docs/archive.md): an archived chat is restored when it is opened or sent to
+        self.archive = ArchiveStore(self._db, objects)
 
     def _call(self, operation: str, **params: Any) -> dict:
         return self._db.call(operation, **params)
@@ -120,14 +127,18 @@ class ChatStore:
         model: str | None = None,
         temporary_hours: float | None = None,
         project_id: str | None = None,
+        attachments: Sequence[Upload] = (),
+        branched_from: tuple[str, str] | None = None,
     ) -> tuple[Session, Message]:
         """Commit a new session and its pending first question in one transaction: 3 Puts and the user registry.
+        `attachments`: files written to the object store first (lib/storage/attachments.py), recorded on the turn.
 
         The registry Update (pk USERS) is how operators list users without a Scan; it rides in the
         same request, so a new chat stays one request (8 WRU instead of the design's 6). `temporary_hours`: a
         temporary chat, whose meta, row and turns expire that long after now (its row is TMP#, not a sidebar row).
         `project_id`: a chat started in that project (+ a ConditionCheck of the project and a Put of its row there;
         ProjectNotFound for a malformed, unknown or foreign id; TemporaryChat with `temporary_hours`).
+        `branched_from`: (session id, message id) of the question a branch was made from, kept on the meta.
         """
         if project_id is not None:
             project_rows.checked_id(project_id)
@@ -137,10 +148,20 @@ class ChatStore:
         message_item, message = self.bodies.pending_message(
             user_id, session_id, input_body, system_prompt_id, at, keys.new_id(), action="create"
         )
+        message_item, message = self._attached(user_id, message_item, message, attachments, action="create")
         title = items.valid_title(title or default_title(input_body))
         expire_at = keys.expire_epoch(at, temporary_hours) if temporary_hours is not None else None
         session = Session(
-            session_id, user_id, title, at, at, 1, model=model, expire_at=expire_at, project_id=project_id
+            session_id,
+            user_id,
+            title,
+            at,
+            at,
+            1,
+            model=model,
+            expire_at=expire_at,
+            project_id=project_id,
+            branched_from=branched_from,
         )
         message_item, message = _expiring(message_item, message, expire_at)
         if project_id is None:
@@ -194,6 +215,16 @@ class ChatStore:
                 ],
             )
 
+    def _attached(
+        self, user_id: str, item: dict, message: Message, uploads: Sequence[Upload], *, action: str
+    ) -> tuple[dict, Message]:
+        """The pending turn with its attachments' records, their objects written first (none: unchanged)."""
+        if not uploads:
+            return item, message
+        stored = self.attachments.store(user_id, message.session_id, message.message_id, uploads, action=action)
+        item[attachment_rows.ITEM_ATTRIBUTE] = attachment_rows.item_value(stored)
+        return item, replace(message, attachments=stored, size=item_size(item))
+
     @staticmethod
     @contextlib.contextmanager
     def _duplicate_refused() -> Iterator[None]:
@@ -209,7 +240,15 @@ class ChatStore:
             raise
 
     def send_message(
-        self, user_id: str, session: Session, input_body: str, *, system_prompt_id: str, model: str | None = None
+        self,
+        user_id: str,
+        session: Session,
+        input_body: str,
+        *,
+        system_prompt_id: str,
+        model: str | None = None,
+        attachments: Sequence[Upload] = (),
+        branched_from: tuple[str, str] | None = None,
     ) -> tuple[Session, Message]:
         """Commit a pending question and move the session to the top of the sidebar, in one transaction.
 
@@ -218,6 +257,7 @@ class ChatStore:
         question goes to, kept on the meta in the same Update (the chat's choice for its next question).
         """
         _not_expired(session)  # before any request: an expired chat's question is not even uploaded
+        session = self._restored(user_id, session)  # an archived chat is put back first (docs/archive.md)
         message_id = keys.new_id()
         message_item, message = self.bodies.pending_message(
             user_id,
@@ -228,6 +268,7 @@ class ChatStore:
             message_id,
             action="send",
         )
+        message_item, message = self._attached(user_id, message_item, message, attachments, action="send")
         message_item, message = _expiring(message_item, message, session.expire_at)
         for attempt in range(MAX_RACE_RETRIES + 1):
             at = keys.later_than(session.last_message_time)
@@ -250,7 +291,17 @@ class ChatStore:
                 ) from lost_race.exc
             with self._db.action("send", user_id):
                 session = self.get_session(user_id, session.session_id)
+            session = self._restored(user_id, session)  # archived since this tab read it
         raise AssertionError("unreachable")
+
+    def _restored(self, user_id: str, session: Session) -> Session:
+        """The session, live: an archived one is restored first (lib/storage/archive.py; ArchiveUnavailable if its
+        object is missing or damaged, and nothing is sent)."""
+        if session.archive is None:
+            return session
+        self.archive.restore(user_id, session)
+        with self._db.action("restore", user_id):
+            return self.get_session(user_id, session.session_id)
 
     @contextlib.contextmanager
     def _outcome_checked(self, user_id: str, message: Message, *, committed_index: int) -> Iterator[None]:
@@ -333,8 +384,10 @@ class ChatStore:
                         "TableName": self._table,
                         "Key": to_item(keys.meta_key(user_id, session.session_id)),
                         "UpdateExpression": f"SET last_message_time = :new{chosen} ADD message_count :one",
-                        "ConditionExpression": f"last_message_time = :old AND #title = :title AND {project}",
-                        "ExpressionAttributeNames": {"#title": "title"},
+                        # and not archived since it was read (a tab that still showed it): it re-reads and restores
+                        "ConditionExpression": f"last_message_time = :old AND #title = :title AND {project} AND "
+                        "attribute_not_exists(#archive)",
+                        "ExpressionAttributeNames": {"#title": "title", "#archive": "archive"},
                         "ExpressionAttributeValues": to_item(
                             {":new": at, ":old": old, ":one": 1, ":title": session.title, ":model": model, **in_project}
                         ),
@@ -633,6 +686,9 @@ class ChatStore:
                 update, state = "REMOVE pinned_at", "pinned_at = :pin"
                 values = {":pin": session.pinned_at}
             old_row, new_row = items.list_item(user_id, session), items.list_item(user_id, target)
+            # the new row carries the project as read: a move meanwhile fails this and re-reads (no stale label)
+            project, in_project = project_rows.meta_condition(session)
+            values.update(in_project)
             with (
                 on_condition_failed() as lost_race,
                 self._db.action("pin", user_id, prior=self._session_sizes(user_id, session)),
@@ -645,7 +701,8 @@ class ChatStore:
                                 "TableName": self._table,
                                 "Key": to_item(keys.meta_key(user_id, session.session_id)),
                                 "UpdateExpression": update,
-                                "ConditionExpression": f"last_message_time = :old AND #title = :title AND {state}",
+                                "ConditionExpression": f"last_message_time = :old AND #title = :title AND {state} "
+                                f"AND {project}",
                                 "ExpressionAttributeNames": {"#title": "title"},
                                 "ExpressionAttributeValues": to_item(
                                     {**values, ":old": session.last_message_time, ":title": session.title}
@@ -731,7 +788,9 @@ class ChatStore:
         next_cursor = self._cursors.encode(pk, {"sk": last["sk"]["S"]}) if last else None
         return Page(items, next_cursor)
 
-    def open_session(self, user_id: str, session_id: str, *, cursor: str | None = None) -> SessionView:
+    def open_session(
+        self, user_id: str, session_id: str, *, cursor: str | None = None, _restores: int = 0
+    ) -> SessionView:
         """The session meta, its running summary if any, and its newest turns (1 Query, Limit 21), or an older page.
 
         SUM#RUNNING sorts after SES#META, which sorts after every MSG#: descending, the
@@ -778,6 +837,11 @@ class ChatStore:
             if session is None:
                 raise SessionNotFound("No such chat.")
             _not_expired(session)
+            if session.archive is not None:  # in the cold tier: restored, then read as any chat (docs/archive.md)
+                if _restores >= 2:  # archived again at once, twice: not worth a third round
+                    raise SessionChanged("This chat kept changing while it was being restored; open it again.")
+                self.archive.restore(user_id, session)
+                return self.open_session(user_id, session_id, _restores=_restores + 1)
             remaining = session.message_count
         remaining -= len(messages)
         # message_count tells us when the oldest turn is loaded, which saves the

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,14 +37,16 @@ from lib import logs
 from lib.context.cache import ContextCache, MemoryState
 from lib.context.engine import ContextEngine
 from lib.context.summaries import SummaryOutcome
-from lib.errors import ChatError, EmptyQuestion, VersionChanged
+from lib.errors import BodyUnavailable, BranchNotAsked, ChatError, EmptyQuestion, VersionChanged
 from lib.model.catalog import Catalog, ModelChoice
 from lib.model.models import ChatModel
 from lib.model.prompts import system_prompt
 from lib.search.indexer import index_turn_after_save
+from lib.storage.attachments import Attachment
 from lib.storage.records import DONE, Message, Session, Summary
 from lib.storage.store import ChatStore
 from lib.tokens import count as count_tokens
+from lib.turn import attachments, branches
 from lib.turn.changes import LocalChanges
 from lib.turn.live import LiveAnswer
 from lib.turn.turns import STOPPED, Turn, begin_turn, regenerate_turn, retry_turn
@@ -128,6 +131,8 @@ class ChatService:
         typed: bool = True,
         temporary: bool = False,
         project_id: str | None = None,
+        files: Sequence[tuple[str, bytes]] = (),
+        branched_from: tuple[str, str] | None = None,
     ) -> Sent:
         """Commit `question` (a new chat when `session` is None) and start its answer, with `model` (an id of the
         catalog; None: the chat's own, else the default). `typed`: False for a question the user did not write
@@ -135,13 +140,22 @@ class ChatService:
         ModelNotOffered (nothing committed) or the store's domain errors; the caller keeps the text on any ChatError.
         `temporary`: a new chat that is not kept (CHAT_TEMPORARY_HOURS; ignored for an existing chat, which is
         temporary or not from its start). `project_id`: a new chat started in that project (ignored for an existing
-        chat, which is in the project its meta names); ProjectNotFound or TemporaryChat, nothing committed."""
+        chat, which is in the project its meta names); ProjectNotFound or TemporaryChat, nothing committed. `files`:
+        (name as uploaded, bytes) attached to the question, checked by content (AttachmentRefused before any request)
+        and written to the object store before the commit (lib/turn/attachments.py, docs/attachments.md)."""
         if not question.strip():
             raise EmptyQuestion("Type a question first.")
+        uploads = attachments.prepare(
+            files,
+            max_bytes=getattr(self.settings, "max_attachment_bytes", 10 * 1024 * 1024),
+            max_count=getattr(self.settings, "max_attachments", 5),
+            pdf_timeout_s=getattr(self.settings, "pdf_text_timeout_s", attachments.PDF_TEXT_TIMEOUT_S),
+        )
         answering = self._model(session, model)
+        asked = question + "".join(u.text or "" for u in uploads)  # the spend estimate counts the files' text too
         with (
             self.generations.admitted(user_id, session.session_id if session else None) as admission,
-            self._spend(user_id, answering, question, history) as hold,
+            self._spend(user_id, answering, asked, history) as hold,
         ):
             turn = begin_turn(
                 self.store,
@@ -158,6 +172,8 @@ class ChatService:
                 summary=summary,
                 temporary_hours=self.settings.temporary_hours if temporary and session is None else None,
                 project_id=project_id if session is None else None,
+                attachments=uploads,
+                branched_from=branched_from if session is None else None,
             )
             self._project_moved(user_id, turn.session, cache)
             first = session is None
@@ -197,6 +213,43 @@ class ChatService:
                 summary=summary,
             )
             return _attach(hold, self._restarted(user_id, message, turn, history, summary, cache, admission))
+
+    def branch(
+        self,
+        user_id: str,
+        session: Session,
+        message: Message,
+        question: str,
+        *,
+        history: list[Message],
+        cache: ContextCache,
+        model: str | None = None,
+    ) -> Sent:
+        """Edit an older question: a new chat (lib/turn/branches.py) with a copy of the answered turns before it,
+        then `question` asked there like any question (its spend check, commit before the model). The original
+        chat is not changed. If the ask is refused after the copy was made, the branch stays (copies of the user's
+        own turns) and the error propagates: the page opens the branch with the question kept in its box."""
+        branches.checked_question(question)
+        before = branches.earlier_turns(self.store, user_id, session, message, history)
+        branch, copies = branches.copy_into_branch(self.store, self.engine.indexer, user_id, session, message, before)
+        if branch is not None:
+            self._bump(user_id, branch.session_id)
+        try:
+            return self.ask(
+                user_id,
+                branch,
+                question,
+                history=copies,
+                summary=None,
+                cache=cache,
+                model=model or session.model,
+                project_id=session.project_id,
+                branched_from=(session.session_id, message.message_id),
+            )
+        except ChatError as exc:
+            if branch is None:
+                raise
+            raise BranchNotAsked(branch.session_id, exc) from exc
 
     def _restarted(self, user_id, message, turn, history, summary, cache, admission) -> Sent:
         """A turn answered again in place (Retry, Regenerate, Edit): the chat's counter moves and the worker
@@ -378,6 +431,14 @@ class ChatService:
         moved = self.store.projects.move_chat(user_id, session, project_id)
         return Written(moved, self._bump(user_id, session.session_id) if moved is not session else None)
 
+    def delete_project(self, user_id: str, project_id: str) -> list[Session]:
+        """Delete a project; its chats stay, in no project (lib/storage/projects.py ProjectStore.delete: 1 UpdateItem,
+        per chat 1 GetItem and 1 TransactWriteItems, 1 Query a pass, 1 TransactWriteItems). Each chat moved out is
+        bumped, so its open tabs (and the hot tier's cached page) see it is in no project any more."""
+        return self.store.projects.delete(
+            user_id, project_id, on_moved=lambda moved: self._bump(user_id, moved.session_id)
+        )
+
     def set_feedback(self, user_id: str, message: Message, value: int | None) -> Written:
         """1 UpdateItem (thumbs up, down, or cleared)."""
         saved = self.store.set_feedback(user_id, message, value)
@@ -391,6 +452,15 @@ class ChatService:
     def _bump(self, user_id: str, session_id: str) -> int | None:
         """After a write to the chat: tell the other tabs (and, with the hot tier, replicas) that it changed."""
         return self.counters.bump(user_id, session_id)
+
+    def attachment(self, user_id: str, message: Message, attachment_id: str) -> tuple[Attachment, bytes]:
+        """An attached file's record and bytes, for its owner's download or view (1 GetObject, checked against its
+        sha256). The record must be on this turn and its key under `user_id`'s own prefix and this chat's: another
+        user's attachment id, or a forged key, is refused (BodyUnavailable) before any request."""
+        found = next((a for a in message.attachments if a.attachment_id == attachment_id), None)
+        if found is None:
+            raise BodyUnavailable("No such file on this question.")
+        return found, self.store.attachments.read(user_id, message.session_id, found, action="attachment")
 
     # --- what pages read -------------------------------------------------------------------------------------
     def live(self, message_id: str) -> LiveAnswer | None:

@@ -4,6 +4,7 @@
     shares.refresh(user_id, link)                     "Update link": the same token, the chat as it is now
     shares.revoke(user_id, link)                      the link stops working at once; the snapshot is deleted
     shares.links(user_id)                             "Shared links", newest first
+    shares.remove(user_id, link)                      a revoked link off the list
     shares.open(viewer_id, token)                     what a signed-in colleague sees (a view is counted)
     shares.continue_in_own(viewer_id, token)          a copy of the snapshot as a new chat of the viewer's
 
@@ -19,15 +20,25 @@ from typing import Any, Callable
 
 from lib import logs, tokens
 from lib.config import Settings
-from lib.context.importer import EARLIEST_TIME, IMPORTED_MODEL, IMPORTED_PROMPT
+from lib.context.importer import EARLIEST_TIME, IMPORTED_PROMPT
 from lib.errors import AuditUnavailable, EmptyMessage, SessionChanged, SessionNotFound, SharingOff, TemporaryChat
 from lib.search.indexer import index_turn_after_save
 from lib.storage import keys
+from lib.storage.items import TITLE_MAX_CHARS
 from lib.storage.records import DONE, FAILED, Message
 from lib.storage.shares import SharedChat, SharedTurn, ShareLink, ShareStore
 from lib.storage.store import ChatStore
 
 SHARING_OFF = "Sharing chats by link is turned off in this deployment (CHAT_SHARING=off)."
+COPY_MODEL = "shared copy"  # a copied turn's `model`: not answered in this chat (the page shows no figures for it)
+COPY_SUFFIX = " (copy)"
+
+
+def copy_title(title: str) -> str:
+    """The copy's title: the shared title and " (copy)", within the title limit (the suffix is never cut)."""
+    room = TITLE_MAX_CHARS - len(COPY_SUFFIX)
+    base = title if len(title) <= room else title[: room - 1] + "…"
+    return base + COPY_SUFFIX
 
 
 def snapshot_turns(messages: list[Message]) -> tuple[list[SharedTurn], int]:
@@ -100,6 +111,11 @@ class ShareService:
         self._audit(user_id, "share.revoke", link.link_id, "ok", {"already": not revoked})
         return revoked
 
+    def remove(self, user_id: str, link: ShareLink) -> None:
+        """Take a revoked link off the owner's list (also with sharing off). LinkNotFound unless it is revoked."""
+        self.shares.remove(user_id, link)
+        self._audit(user_id, "share.remove", link.link_id, "ok", {})
+
     def links(self, user_id: str) -> list[ShareLink]:
         return self.shares.links(user_id)
 
@@ -112,33 +128,34 @@ class ShareService:
 
     def continue_in_own(self, viewer_id: str, token: str) -> str:
         """Copy the snapshot into a new chat of the viewer's, through the store's own create path (create_session,
-        then send_message, and finish_message per turn, at the turns' own times, as import-chat writes a chat);
-        returns its session id. The copy's id is derived from the link's snapshot, so copying it again finds the
-        first copy. No memories are extracted: the questions are the owner's words, not facts about the viewer."""
+        then send_message, and finish_message per turn); returns its session id. The copy is a new chat: titled
+        "<title> (copy)", at the time it is made (the top of the sidebar, not at the original's date), its turns
+        marked COPY_MODEL (the page shows "copied" instead of token and time figures it does not have). Its id is
+        derived from the link's snapshot, so copying it again finds the first copy. No memories are extracted: the
+        questions are the owner's words, not facts about the viewer."""
         self._on()
         chat = self.shares.open(viewer_id, token, count=False)  # read again: a link revoked meanwhile copies nothing
-        times = [_copy_time(t.time) for t in chat.turns]
-        session_id = keys.derived_id(times[0], f"share\0{viewer_id}\0{chat.link_id}\0{chat.version}")
+        seed = f"share\0{viewer_id}\0{chat.link_id}\0{chat.version}"
+        session_id = keys.derived_id(_copy_time(chat.shared_time), seed)
         try:
             self.store.get_session(viewer_id, session_id)  # copied before (1 GetItem): that copy, not a second one
             return session_id
         except SessionNotFound:
             pass
         indexer, session = self._indexer(), None
-        for turn, moment in zip(chat.turns, times):
-            with keys.clock(lambda moment=moment: moment):
-                if session is None:
-                    try:
-                        with keys.ids(session_id):
-                            session, pending = self.store.create_session(
-                                viewer_id, turn.question, system_prompt_id=IMPORTED_PROMPT, title=chat.title
-                            )
-                    except SessionChanged:
-                        return session_id  # another tab of the viewer's is making this copy right now
-                else:
-                    session, pending = self.store.send_message(
-                        viewer_id, session, turn.question, system_prompt_id=IMPORTED_PROMPT
-                    )
+        for turn in chat.turns:  # at the time of copying: each turn a moment after the one before (send's rule)
+            if session is None:
+                try:
+                    with keys.ids(session_id):
+                        session, pending = self.store.create_session(
+                            viewer_id, turn.question, system_prompt_id=IMPORTED_PROMPT, title=copy_title(chat.title)
+                        )
+                except SessionChanged:
+                    return session_id  # another tab of the viewer's is making this copy right now
+            else:
+                session, pending = self.store.send_message(
+                    viewer_id, session, turn.question, system_prompt_id=IMPORTED_PROMPT
+                )
             saved = self.store.finish_message(
                 viewer_id,
                 pending,
@@ -147,7 +164,7 @@ class ShareService:
                 output_token=tokens.count(turn.answer),
                 response_start_time=pending.create_time,
                 response_end_time=pending.create_time,
-                model=IMPORTED_MODEL,
+                model=COPY_MODEL,
             )
             index_turn_after_save(indexer, viewer_id, session.title, saved)  # 1 PutItem with the vector index
         logs.event("share.continued", link_id=chat.link_id, session_id=session_id, turns=len(chat.turns))

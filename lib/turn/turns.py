@@ -13,14 +13,15 @@ tab. So an interrupted answer is saved as failed with what had arrived, not lost
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Iterator
+from dataclasses import dataclass, field, replace
+from typing import Iterator, Sequence
 
 from lib import logs
 from lib.errors import ChatError, MessageNotPending
 from lib.model.models import ChatModel, Reply, Usage
 from lib.model.prompts import system_prompt
 from lib.storage import keys
+from lib.storage.attachments import Attachment, Upload
 from lib.storage.records import DONE, Message, Session
 from lib.storage.store import ChatStore
 from lib.turn.context import Context, loaded_only
@@ -139,9 +140,10 @@ def _context(
     summary,
     earlier_turns: int,
     before: str | None = None,
+    attachments: Sequence[tuple[Attachment, str | bytes]] = (),
 ) -> Context:
     """The SessionContextLoader's context (with an engine: memories, summary, recall), after the commit."""
-    if engine is None or cache is None:
+    if engine is None or cache is None:  # (no engine: a bare loader, which sends no attachment)
         return loaded_only(
             system_prompt(system_prompt_id), history, question, budget_tokens=budget_tokens, earlier_turns=earlier_turns
         )
@@ -156,6 +158,7 @@ def _context(
         budget=budget_tokens,
         earlier_turns=earlier_turns,
         before=before,
+        attachments=attachments,
     )
 
 
@@ -175,6 +178,8 @@ def begin_turn(
     summary=None,
     temporary_hours: float | None = None,
     project_id: str | None = None,
+    attachments: Sequence[Upload] = (),
+    branched_from: tuple[str, str] | None = None,
 ) -> Turn:
     """Commit the question (create_session or send_message: one transaction), before any model call; the
     chat's meta keeps the id of the model that answers (`model.name`) in the same transaction. A new chat with
@@ -191,11 +196,15 @@ def begin_turn(
             model=model.name,
             temporary_hours=temporary_hours,
             project_id=project_id,  # a new chat started in a project (docs/projects.md)
+            attachments=attachments,
+            branched_from=branched_from,  # a branch whose edited question is its first (lib/turn/branches.py)
         )
     else:
         session, message = store.send_message(
-            user_id, session, question, system_prompt_id=system_prompt_id, model=model.name
+            user_id, session, question, system_prompt_id=system_prompt_id, model=model.name, attachments=attachments
         )
+    # The files' text (or an image's bytes) is in memory: the model is sent it without reading it back.
+    files = [(a, u.data if a.kind == "image" else u.text or "") for a, u in zip(message.attachments, attachments)]
     context = _context(
         engine,
         cache,
@@ -207,6 +216,7 @@ def begin_turn(
         budget_tokens=budget_tokens,
         summary=summary,
         earlier_turns=session.message_count - 1,
+        attachments=files,
     )
     return Turn(store, model, user_id, session, message, context, ledger=ledger)
 
@@ -226,10 +236,12 @@ def retry_turn(
     summary=None,
 ) -> Turn:
     """Answer a failed or interrupted turn again in place: the same question, no second one (1 UpdateItem)."""
+    files = _files(store, user_id, session, message)  # read before the write: a lost file changes nothing
     restarted = store.restart_message(user_id, message)
     return _again(
-        store, model, user_id, session, message, restarted, history, budget_tokens, ledger, engine, cache, summary
-    )
+        store, model, user_id, session, message, restarted, history, budget_tokens, ledger, engine, cache, summary,
+        files,
+    )  # fmt: skip
 
 
 def regenerate_turn(
@@ -251,14 +263,16 @@ def regenerate_turn(
     answered again in place, with `question` instead of the old one for an Edit."""
     # An Edit asks instead of the newest question: checked against the chat as the tab saw it, in the same write
     newest_of = session if question is not None else None
+    files = _files(store, user_id, session, message)  # read before the write: a lost file changes nothing
     restarted = store.versions.regenerate(user_id, message, question=question, newest_of=newest_of)
     return _again(
-        store, model, user_id, session, message, restarted, history, budget_tokens, ledger, engine, cache, summary
-    )
+        store, model, user_id, session, message, restarted, history, budget_tokens, ledger, engine, cache, summary,
+        files,
+    )  # fmt: skip
 
 
 def _again(
-    store, model, user_id, session, message, restarted, history, budget_tokens, ledger, engine, cache, summary
+    store, model, user_id, session, message, restarted, history, budget_tokens, ledger, engine, cache, summary, files
 ) -> Turn:
     """The Turn of a restarted turn: the model sees the turns before it, never the ones after (nor a summary
     that covers this turn or later ones)."""
@@ -267,6 +281,10 @@ def _again(
     earlier = [m for m in history if m.message_id < message.message_id]
     # A long question's item holds its beginning: the model is asked the whole one (1 GetObject).
     question = store.bodies.text(user_id, restarted, "input", action="retry") if restarted.input_ref else None
+    # The question's files stay on the turn's item whatever is restarted; a version's Message is rebuilt from its
+    # snapshot without them.
+    if message.attachments and not restarted.attachments:
+        restarted = replace(restarted, attachments=message.attachments)
     # Every turn before the retried one (the page may hold only some of them).
     preceding = session.message_count - 1 - sum(1 for m in history if m.message_id > message.message_id)
     context = _context(
@@ -281,5 +299,17 @@ def _again(
         summary=summary,
         earlier_turns=max(preceding, len(earlier)),
         before=message.message_id,
+        attachments=files,
     )
     return Turn(store, model, user_id, session, restarted, context, ledger=ledger)
+
+
+def _files(store: ChatStore, user_id: str, session: Session, message: Message) -> list[tuple[Attachment, str | bytes]]:
+    """The question's files as the model is sent them again (1 GetObject each: an image's bytes, else its text);
+    BodyUnavailable when one is missing or damaged."""
+    files = []
+    for a in message.attachments:
+        data = store.attachments.read(user_id, session.session_id, a, "original" if a.kind == "image" else "text",
+                                      action="attachment")  # fmt: skip
+        files.append((a, data if a.kind == "image" else data.decode("utf-8")))
+    return files

@@ -37,11 +37,11 @@ OTHER = "Other"
 # friendly).
 CATEGORIES = (
     Category("Chat writes", "#4c78a8", ("create", "send", "finish", "fail", "retry", "regenerate")),
-    Category("Chat reads", "#f58518", ("sidebar", "open", "export", "shared")),
+    Category("Chat reads", "#f58518", ("sidebar", "open", "export", "shared", "attachment", "branch")),
     Category("Titles & edits", "#54a24b", ("rename", "pin", "title", "feedback", "version", "share", "project")),
     Category("Context & memory", "#e45756", ("summary", "recall", "memory")),
     Category("Search", "#72b7b2", ("index", "search")),
-    Category("Metering & admin", "#b279a2", ("ledger", "admin", "audit", "limits")),
+    Category("Metering & admin", "#b279a2", ("ledger", "admin", "audit", "limits", "archive", "restore")),
     Category(OTHER, "#9d9d9d", ("other",)),
 )
 ACTION_NAMES = {
@@ -71,6 +71,10 @@ ACTION_NAMES = {
     "share": "Share a chat by link (make, update, revoke, list)",
     "shared": "Open or copy a shared chat",
     "project": "Projects (make, list, open, edit, move a chat)",
+    "archive": "Archive old chats to the object store",
+    "restore": "Restore an archived chat when it is opened",
+    "attachment": "Download or resend an attached file",
+    "branch": "Read long bodies to branch a chat (its copies count as chats started and sent)",
     "other": "Other requests",
 }
 _CATEGORY_OF = {action: c.name for c in CATEGORIES for action in c.actions}

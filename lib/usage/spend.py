@@ -35,7 +35,7 @@ from lib.errors import InvalidLimit, InvalidUserId, NotAdmin, SpendLimitReached,
 from lib.storage import keys
 from lib.storage.limits import LimitRecord, LimitRecords
 from lib.storage.usage import UsageBuckets
-from lib.usage.ledger import Ledger
+from lib.usage.ledger import SYSTEM_USER, Ledger
 from lib.usage.limits import (
     KINDS,
     Limit,
@@ -111,6 +111,17 @@ class UsageStatus:
             f"You have used {share:.0%} of {limit.label} ({usd(used)} of {usd(limit.amount)}; "
             f"{usd(left)} left until {reset_text(period, self.spent.day)})."
         )
+
+
+@dataclass(frozen=True)
+class UserSpend:
+    """One user's spend and the limits that apply to them (the Spend limits page's table)."""
+
+    user: str
+    today: float
+    month: float
+    day: str
+    limits: dict[str, Limit | None]
 
 
 def reset_at(period: str, day: str) -> dt.datetime:
@@ -296,6 +307,37 @@ class SpendGuard:
             return sum(h.amount for h in self._holds if h.user_id == user_id and h.active)
 
     # --- admins -------------------------------------------------------------------------------------------
+    def everyone(self, reader: str) -> list[UserSpend]:
+        """Every user's spend today and this month (stored buckets plus this process's unflushed counts), with the
+        limits that apply to them, highest month first: the Spend limits page. One Query per day of the month so
+        far (every user's buckets of the day, eventually consistent), labelled "limits" and billed to `reader`.
+        A user whose only unflushed counts are in a flush's write at this instant (not in the buffer) is counted
+        once that write lands: the next view."""
+        day = keys.day_of(keys.now())
+        days = keys.month_days(day)
+        totals: dict[str, list[float]] = {}
+        for found_day, owner, counters in self.buckets.read(days, billed_to=reader, action="limits"):
+            spent = spend_of({k: float(v) for k, v in counters.items()}, self.prices)
+            pair = totals.setdefault(owner, [0.0, 0.0])
+            pair[1] += spent
+            pair[0] += spent if found_day == day else 0.0
+        for owner in {b.user for b in self.ledger.pending()}:
+            for found_day, counters in self.ledger.unflushed(owner, days).items():
+                spent = spend_of(counters, self.prices)
+                pair = totals.setdefault(owner, [0.0, 0.0])
+                pair[1] += spent
+                pair[0] += spent if found_day == day else 0.0
+        scopes = self.scopes()
+        for kind, name in scopes:
+            if kind == "user" and name:
+                totals.setdefault(name, [0.0, 0.0])  # a user with a limit of their own is listed before spending
+        totals.pop(SYSTEM_USER, None)  # operator commands: no person, no limit
+        rows = [
+            UserSpend(user, today, month, day, effective(scopes, user, self.groups_of(user)))
+            for user, (today, month) in totals.items()
+        ]
+        return sorted(rows, key=lambda r: (-r.month, -r.today, r.user))
+
     def save(self, actor: str, admins: frozenset[str], kind: str, name: str, day: str, month: str) -> LimitRecord:
         """Set a scope's limits in the table (1 PutItem). NotAdmin unless `actor` is an admin; InvalidLimit for a
         scope or an amount that is not one (the form's values are checked here, whatever the browser sent)."""

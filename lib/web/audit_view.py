@@ -23,7 +23,8 @@ from lib.web.identity import Identity
 
 MAX_DAYS = 31  # one Query per day (and per 200 records): a month at most per view
 _SEEN = "_audited_views"
-COLUMNS = ["Time (UTC)", "Actor", "Action", "Target", "Outcome", "Reason", "Request id", "Detail"]
+COLUMNS = ["Time (UTC)", "Actor", "Action", "Target", "Outcome", "Reason", "Request id", "Target id", "Detail"]
+SHORT_ID = 6  # a ULID's last characters (its random part): enough to tell records apart on a screen
 
 
 def audited_view(
@@ -77,26 +78,69 @@ def load(svc: Services, days: Iterable[str]) -> list[AuditRecord]:
     return records
 
 
+def short_id(value: str) -> str:
+    """'…4F7QZ2' for a ULID (its random end; the start is only its time), the value itself otherwise."""
+    return f"…{value[-SHORT_ID:]}" if len(value) > SHORT_ID + 2 and value.isalnum() else value
+
+
+def _range(first: object, last: object, raw: str) -> str:
+    return f"{first} to {last}" if first and last else raw.replace("..", " to ")
+
+
+def describe(record: AuditRecord) -> str:
+    """The target as a person reads it: its kind and a short id ('share link …4F7QZ2 of chat …9KD2MA'), a user id
+    as it is. Never a title (chat text) and never a share token: the records hold neither."""
+    action, target, detail = record.action, record.target, record.detail
+    if action.startswith("share."):
+        chat = detail.get("session_id")
+        return f"share link {short_id(target)}" + (f" of chat {short_id(str(chat))}" if chat else "")
+    if action.startswith("limits.") and target != "admin-page":
+        return target if action == "limits.view" else f"spend limit: {target}"
+    if action == "audit.view" and target != "admin-page":
+        return f"audit records, {_range(detail.get('first'), detail.get('last'), target)}"
+    if action == "cost.view":
+        return f"usage of all users, {_range(detail.get('first'), detail.get('last'), target)}"
+    if target == "admin-page":
+        return {"limits.view": "the Spend limits page", "audit.view": "the audit page"}.get(action, "an admin page")
+    if action.startswith("admin."):
+        if detail.get("session"):
+            return f"chat {short_id(str(detail['session']))} of {target}"
+        if target == "all-users":
+            return "every user"
+        if target == "table":
+            return "the table"
+        if target and target in (detail.get("file"), detail.get("out")):
+            return f"file {target}"
+    return target
+
+
 def _contains(value: str, wanted: str) -> bool:
     return not wanted.strip() or wanted.strip().lower() in value.lower()
 
 
 def frame(records: Iterable[AuditRecord], *, actor: str = "", action: str = "", target: str = "") -> pd.DataFrame:
-    """The records that match the filters (case-insensitive substrings), as the page's table."""
-    rows = [
-        [
-            r.time,
-            r.actor,
-            r.action,
-            r.target,
-            r.outcome,
-            r.reason or "",
-            r.request_id,
-            json.dumps(dict(r.detail), sort_keys=True) if r.detail else "",
-        ]
-        for r in records
-        if _contains(r.actor, actor) and _contains(r.action, action) and _contains(r.target, target)
-    ]
+    """The records that match the filters (case-insensitive substrings; the target filter matches the readable
+    target or the full id), as the page's table: the readable target, and the id as recorded."""
+    rows = []
+    for r in records:
+        shown = describe(r)
+        if not (_contains(r.actor, actor) and _contains(r.action, action)):
+            continue
+        if not (_contains(shown, target) or _contains(r.target, target)):
+            continue
+        rows.append(
+            [
+                r.time,
+                r.actor,
+                r.action,
+                shown,
+                r.outcome,
+                r.reason or "",
+                r.request_id,
+                r.target,
+                json.dumps(dict(r.detail), sort_keys=True) if r.detail else "",
+            ]
+        )
     return pd.DataFrame(rows, columns=COLUMNS)
 
 

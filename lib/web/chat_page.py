@@ -17,13 +17,14 @@ from lib.context.summaries import divider_label
 from lib.errors import ChatError
 from lib.storage.itemsize import ITEM_LIMIT_BYTES
 from lib.storage.records import DONE, FAILED, INTERRUPTED, PENDING, Message
-from lib.web import live_view, project_view, share_view, turn_view, ui
+from lib.turn import branches
+from lib.web import attachment_view, live_view, project_view, share_view, turn_view, ui
 from lib.web.bootstrap import PageStart
 from lib.web.chat_view import ContextNotes
 from lib.web.limits_view import near_limit_line
 from lib.web.live_turns import AFTER_SAVE, LiveTurns
 from lib.web.render import plain_label
-from lib.web.steering import Steering
+from lib.web.steering import Steering, copied_caption
 
 SUGGESTIONS = [
     "How should I design a DynamoDB table for chat history?",
@@ -32,7 +33,8 @@ SUGGESTIONS = [
 ]
 RENAME_POPOVER = "rename-popover"
 TEMPORARY_TOGGLE = "temporary-chat"  # the welcome screen's switch: the next new chat is a temporary one
-COMPOSER = "composer"
+COMPOSER = "composer"  # the chat input's key is this and COMPOSER_ROUND: a draft is not carried into another chat
+COMPOSER_ROUND = "composer_round"  # navigations so far in this browser session (ChatPage._composer_key)
 SCROLL_TO = "scroll_to_turn"  # a turn a link pointed at, scrolled to on the next draw
 DRAWN_LIVE = "drawn_live"  # ids of answers drawn live (pending) by an earlier run (see _turn)
 MAX_TURN_PAGES = 25  # pages of 20 turns paged back to find a linked turn
@@ -65,6 +67,7 @@ class ChatPage(LiveTurns, Steering):
         with ui.errors_shown():
             self.view.ensure_sidebar(self.store)
             if wanted != self.view.open_id and wanted != self.view.not_found:
+                self._new_composer()  # a link, Back or a search result opened another chat
                 self.view.navigate(self.store, wanted, self.chat.counters)
             if "turn" in st.query_params:  # a link to one turn (Search): followed once, also in the open chat
                 self._find_turn(st.query_params.pop("turn"))
@@ -102,6 +105,7 @@ class ChatPage(LiveTurns, Steering):
 
     def go_to(self, session_id: str | None) -> None:
         """Navigation: the URL says which session is open; the run that follows loads it (1 Query)."""
+        self._new_composer()
         if session_id is None:
             st.query_params.pop("session", None)
             self.view.navigate(self.store, None)  # a new chat needs no request
@@ -127,8 +131,10 @@ class ChatPage(LiveTurns, Steering):
             self.svc.database.local and self.model.provider == "demo" and self.settings.embed_provider != "bedrock"
         )
         if notes:
+            # "Demo" only while the answers are the demo model's; a real model on a local setup is a local mode.
+            badge = "Demo mode" if self.model.provider == "demo" else "Local mode"
             st.caption(
-                ":blue-badge[:material/science: Demo mode] "
+                f":blue-badge[:material/science: {badge}] "
                 + ", ".join(short for short, _ in notes)
                 + (" · nothing leaves this machine" if offline else ""),
                 help="Running on " + ", ".join(long for _, long in notes) + ".",
@@ -141,6 +147,7 @@ class ChatPage(LiveTurns, Steering):
         # there as two full-width buttons).
         st.subheader(plain_label(session.title), anchor=False)
         project_view.project_line(self.svc, self.view)  # "Project: <name>", as text
+        self.branch_line()  # a branch: the way back to its original chat (lib/web/steering.py)
         if session.temporary:
             st.caption(
                 ":orange-badge[:material/timer: Temporary chat] Not in your chat list, search or memories; "
@@ -254,6 +261,8 @@ class ChatPage(LiveTurns, Steering):
     def _turn(self, m: Message) -> None:
         with st.chat_message("user"):
             turn_view.question(m, self._whole_body)
+            if m.attachments:  # chips; a file's bytes are read only on View or Download (1 GetObject)
+                attachment_view.chips(m, lambda a: self.chat.attachment(self.me.user_id, m, a.attachment_id)[1])
             self._edit_control(m)
         # Streamlit keeps what the last run drew at a place until this run redraws it or ends, faded meanwhile,
         # and a block redrawn at the same place inherits the old one's children. A run following a live answer
@@ -372,15 +381,21 @@ class ChatPage(LiveTurns, Steering):
 
     def _answer_footer(self, m: Message) -> None:
         self._version_error(m)
-        details = [f"{m.input_token:,} in · {m.output_token:,} out tokens"]
-        seconds = turn_view.answer_seconds(m)
-        if seconds is not None:
-            details.append(f"{seconds:.1f} s")
-        if m.model:
-            details.append(m.model)
-        st.caption(" · ".join(details))
+        if share_view.copied_turn(m):  # a copy from a shared link: no token or time figures of its own
+            st.caption(share_view.COPIED_CAPTION)
+        elif branches.copied(m):  # a turn a branch copied from its original chat: the same
+            copied_caption()
+        else:
+            details = [f"{m.input_token:,} in · {m.output_token:,} out tokens"]
+            seconds = turn_view.answer_seconds(m)
+            if seconds is not None:
+                details.append(f"{seconds:.1f} s")
+            if m.model:
+                details.append(m.model)
+            st.caption(" · ".join(details))
         if self.notes.get(m.message_id):
-            st.caption(self.notes.get(m.message_id))  # the context loader's sentence: what was summarised or left out
+            # the context loader's sentence: what was summarised or left out (the file names in it stay text)
+            st.caption(attachment_view.names_plain(self.notes.get(m.message_id)))
         if m.output_truncated:
             st.caption(f"The answer was cut to fit the {ITEM_LIMIT_BYTES // 1024} KB storage limit.")
         engine, cache, user = self.svc.engine, self.cache, self.me.user_id
@@ -389,6 +404,8 @@ class ChatPage(LiveTurns, Steering):
             {t.message_id: t for t in self.view.messages},
             # The memories' texts: this session's, or (1 Query, kept for the next question) read when opened.
             lambda: {x.memory_id: x.text for x in memory_state(engine.memories, cache, user).memories},
+            # The project's instructions: this session's cache, or 1 GetItem (the prompt's own read), when opened.
+            lambda project_id: engine.project(cache, user, project_id),
         )
         with st.container(horizontal=True, vertical_alignment="center", gap="small"):
             value = st.feedback("thumbs", key=f"fb-{m.message_id}", default=m.feedback)
@@ -401,8 +418,13 @@ class ChatPage(LiveTurns, Steering):
                 self._adopt(m.session_id, written.version)
 
     # --- a turn, answered by a worker -----------------------------------------------------------------
-    def ask(self, question: str, *, typed: bool = True) -> None:
+    def ask(self, question: str, *, typed: bool = True, files: list[tuple[str, bytes]] | None = None) -> None:
         if not question.strip():
+            if files:
+                st.session_state[UNSENT_REASON] = (
+                    "Type a question to go with the attached files; attach them again with it (nothing was sent)."
+                )
+                st.session_state["unsent"] = " "
             return  # an empty or whitespace-only question is ignored
         first = self.view.session is None
         in_place = self._sidebar_stays()
@@ -419,9 +441,11 @@ class ChatPage(LiveTurns, Steering):
                     typed=typed,
                     temporary=first and bool(st.session_state.get(TEMPORARY_TOGGLE)),
                     project_id=self.view.project_id if first else None,  # New chat with a project chosen
+                    files=files or (),
                 )
             except ChatError as exc:  # nothing typed is lost; the composer shows why, also after a rerun
-                st.session_state["unsent"], st.session_state[UNSENT_REASON] = question, str(exc)
+                again = " Attach the files again when you send it." if files else ""
+                st.session_state["unsent"], st.session_state[UNSENT_REASON] = question, str(exc) + again
                 return
             if sent.waited:
                 st.toast("Sent once the answer above was saved.", icon=":material/schedule_send:")
@@ -479,8 +503,8 @@ class ChatPage(LiveTurns, Steering):
                 st.toggle(
                     "Temporary chat",
                     key=TEMPORARY_TOGGLE,
-                    help=f"Not saved to your chat list, search or memories, and deleted "
-                    f"{_hours(self.settings.temporary_hours)} after its first question.",
+                    help=f"Kept for {_hours(self.settings.temporary_hours)} after its first question, then deleted; "
+                    "never in your chat list, search or memories.",
                 )
             project_view.welcome_line(self.view)
             if st.session_state.get(TEMPORARY_TOGGLE):
@@ -520,27 +544,43 @@ class ChatPage(LiveTurns, Steering):
 
     def _composer(self) -> None:
         suggested, self.suggested = self.suggested, None  # a suggestion is sent once, by the run that clicked it
-        if st.session_state.pop(TYPE_AHEAD, False):
+        refused = st.session_state.pop(TYPE_AHEAD, False)
+        if refused:
             st.info(
-                "Not sent yet: the answer above is still being written. Your message is kept in the box; "
-                "send it once the answer is finished, or Stop the answer first.",
+                "Not sent yet: the answer above is still being written. Your message is kept in the box"
+                + (" (attach the files again)" if refused == "files" else "")
+                + "; send it once the answer is finished, or Stop the answer first.",
                 icon=":material/schedule:",
             )
         near_limit_line(self.svc, self.me)  # past 80% of a spend limit: one short line, no request
         session = self.view.session
         if session is not None and session.temporary:  # said beside the box too: a long chat scrolls its header away
             st.caption(f":material/timer: Temporary chat: not in your chats, deleted {ui.until(session.expire_at)}.")
-        typed = st.chat_input("Ask anything…", key=COMPOSER, on_submit=self._refuse_type_ahead)
-        question = typed or suggested
-        if question:
+        typed = st.chat_input(
+            "Ask anything…",
+            key=self._composer_key(),
+            on_submit=self._refuse_type_ahead,
+            # Any file is taken to the server, which decides by its content and says why it refuses one (a type
+            # filter here would drop a refused file from the message without a word and send the text alone).
+            accept_file="multiple",
+            max_upload_size=max(1, self.settings.max_attachment_bytes // (1024 * 1024)),
+        )
+        files = attachment_view.uploaded(typed)
+        question = (getattr(typed, "text", typed) or "" if typed is not None else "") or suggested
+        if question or files:
             st.session_state.pop("unsent", None)
             st.session_state.pop(UNSENT_REASON, None)
-            self.ask(question, typed=bool(typed))  # a suggestion clicked is not a fact about the user
+            # a suggestion clicked is not a fact about the user
+            self.ask(question or "", typed=bool(typed), files=files)
         unsent = st.session_state.get("unsent")
         if unsent:
             if st.session_state.get(UNSENT_REASON):
-                st.error(st.session_state[UNSENT_REASON], icon=":material/error:")
-            st.text_area("Your message was not sent. Copy or shorten it, then send it again:", value=unsent, height=150)
+                st.error(attachment_view.names_plain(st.session_state[UNSENT_REASON]), icon=":material/error:")
+            st.text_area(
+                "Your message was not sent. Copy it, change what the reason above asks, then send it again:",
+                value=unsent,
+                height=150,
+            )
             if st.button("Dismiss"):
                 del st.session_state["unsent"]
                 st.session_state.pop(UNSENT_REASON, None)
@@ -552,9 +592,22 @@ class ChatPage(LiveTurns, Steering):
         answer it follows). Runs before the page, so the box can be refilled."""
         self.sync_live()
         if self.writing_here():
-            text = st.session_state.get(COMPOSER)
-            st.session_state[COMPOSER] = text if isinstance(text, str) else getattr(text, "text", "")
-            st.session_state[TYPE_AHEAD] = True
+            key = self._composer_key()
+            text = st.session_state.get(key)
+            st.session_state[key] = text if isinstance(text, str) else getattr(text, "text", "")
+            st.session_state[TYPE_AHEAD] = "files" if attachment_view.uploaded(text) else True
+
+    def _composer_key(self) -> str:
+        """A new chat input after every navigation (another chat, New chat): a draft typed and not sent lives only in
+        the browser's box, so a box of another key starts empty instead of carrying the draft into the chat opened
+        (where Enter would send it there). A new chat's first question keeps the key: the chat it makes is the one
+        the box was typed in, and a new widget there would leave the welcome screen's box drawn, faded, beside it
+        while the first answer streams."""
+        return f"{COMPOSER}-{st.session_state.get(COMPOSER_ROUND, 0)}"
+
+    @staticmethod
+    def _new_composer() -> None:
+        st.session_state[COMPOSER_ROUND] = st.session_state.get(COMPOSER_ROUND, 0) + 1
 
 
 def _hours(hours: float) -> str:

@@ -35,6 +35,7 @@ class ChatView:
     project_id: str | None = None
     project_chats: list[SessionSummary] | None = None
     project_cursor: str | None = None
+    projects_cursor: str | None = None  # the project list past its first 100 ("More projects")
 
     def ensure_sidebar(self, store: ChatStore) -> None:
         if self.sidebar is None:
@@ -92,10 +93,35 @@ class ChatView:
             row = replace(SessionSummary.of(session), pinned=False)  # a project lists its chats by time alone
             self.project_chats = [row] + [s for s in self.project_chats if s.session_id != session.session_id]
 
+    def branched(self, session: Session) -> None:
+        """A branch was made (lib/turn/branches.py): its row goes to the top of the sidebar, and the next run opens
+        it (1 Query: its copied turns and the edited question, which this view has not read)."""
+        self._to_top(SessionSummary.of(session))
+        self.open_id, self.session, self.messages = None, None, []
+
     # --- projects ---------------------------------------------------------------------------------------------
     def ensure_projects(self, store: ChatStore) -> None:
         if self.projects is None:
-            self.projects = store.projects.list(self.user_id)
+            page = store.projects.list_page(self.user_id)
+            self.projects, self.projects_cursor = page.items, page.cursor
+
+    def load_more_projects(self, store: ChatStore) -> None:
+        """The next page of the project list (1 Query), after the ones listed."""
+        page = store.projects.list_page(self.user_id, cursor=self.projects_cursor)
+        known = {p.project_id for p in self.projects or []}
+        self.projects = (self.projects or []) + [p for p in page.items if p.project_id not in known]
+        self.projects_cursor = page.cursor
+
+    def project_deleted(self, project_id: str) -> None:
+        """This session deleted a project: gone from the list, its chats (all moved out) unlabelled, and the
+        sidebar shows all chats."""
+        self.projects = [p for p in self.projects or [] if p.project_id != project_id]
+        if self.project_id == project_id:
+            self.project_id, self.project_chats, self.project_cursor = None, None, None
+        if self.sidebar is not None:
+            self.sidebar = [replace(s, project_id=None) if s.project_id == project_id else s for s in self.sidebar]
+        if self.session is not None and self.session.project_id == project_id:
+            self.session = replace(self.session, project_id=None)
 
     def choose_project(self, store: ChatStore, project_id: str | None) -> None:
         """Show one project's chats instead of all chats (1 Query), or all chats again (None: no request)."""
@@ -124,6 +150,11 @@ class ChatView:
     def moved(self, session: Session) -> None:
         """The open chat was put in another project (or none): the chosen project's list gains or loses it."""
         self.session = session if session.session_id == self.open_id else self.session
+        if self.sidebar is not None:  # its row's project label
+            self.sidebar = [
+                replace(s, project_id=session.project_id) if s.session_id == session.session_id else s
+                for s in self.sidebar
+            ]
         if self.project_chats is None:
             return
         rest = [s for s in self.project_chats if s.session_id != session.session_id]

@@ -11,13 +11,26 @@ import streamlit as st
 from lib.errors import ChatError
 from lib.storage import keys
 from lib.storage.limits import LimitRecord
-from lib.usage.readable import money
-from lib.usage.spend import UsageStatus, reset_text
-from lib.web import ui
+from lib.usage.readable import headline_money, money
+from lib.usage.spend import UsageStatus, UserSpend, reset_text
+from lib.web import audit_view, ui
 
 ONLY_ADMINS = "Only admins can see and change spend limits (CHAT_ADMINS)."
 SAVED = "limit-saved"
 KIND_NAMES = {"default": "Everyone (default)", "group": "A group", "user": "A user"}
+SPEND = "limits-spend"  # this browser session's read of everyone's spend: (day, rows)
+DEMO_FREE = (
+    "The offline demo model is free: its answers cost $0, so in this demo only DynamoDB requests count (a fraction "
+    "of a cent a day) and no limit is reached in practice. To try limits in a demo, give `demo` a price in "
+    'CHAT_MODEL_PRICES, e.g. `{"demo": [1000, 1000]}` (USD per million input and output tokens).'
+)
+
+
+def demo_is_free(svc: Any) -> bool:
+    """The chat runs on the offline demo model and nothing prices it: spend then never reaches a limit."""
+    guard = svc.limits
+    price = guard.prices.model_price("demo") if guard is not None else None
+    return svc.settings.model_provider == "demo" and (price is None or not any(price))
 
 
 def _limit_text(status: UsageStatus) -> str:
@@ -56,8 +69,14 @@ def usage_panel(svc: Any, me: Any) -> None:
                 ),
             )
         st.caption(
-            _limit_text(status) + " Spend counts model tokens at their prices and DynamoDB requests; the demo model "
-            "is free. Counts reach the ledger with each flush; this server's own are counted at once."
+            _limit_text(status)
+            + " Spend counts model tokens at their prices and DynamoDB requests"
+            + (
+                "; the offline demo model is free, so its answers cost $0 and do not bring you near a limit"
+                if demo_is_free(svc)
+                else ""
+            )
+            + ". Counts reach the ledger with each flush; this server's own are counted at once."
         )
         if status.spent.stale:
             st.caption("The usage ledger could not be read just now: these are the last figures this server had.")
@@ -116,8 +135,33 @@ def _scope_name(kind: str, name: str | None) -> str:
     return "Everyone (default)" if kind == "default" else f"{'Group' if kind == 'group' else 'User'} {name}"
 
 
-def scope_rows(file_records: dict, table_records: dict) -> list[dict]:
-    """One row per scope: its limits as they apply (a table record over the file's), and where they come from."""
+def _most_spent(spend: list[UserSpend] | None, scope: tuple[str, str | None], period: str) -> str:
+    """The most one user whose `period` limit comes from `scope` has spent ('$0.41 (bob@x.com)'); a user scope
+    shows that user's figure. '' when the figures were not read, '—' when the scope's limit applies to no one."""
+    if spend is None:
+        return ""
+    kind, name = scope
+    best: UserSpend | None = None
+    for row in spend:
+        limit = row.limits.get(period)
+        if limit is None or limit.kind != kind or (kind == "user" and row.user != name):
+            continue
+        if kind == "group" and limit.group != name:
+            continue
+        if best is None or getattr(best, _FIELD[period]) < getattr(row, _FIELD[period]):
+            best = row
+    if best is None:
+        return "—"
+    amount = headline_money(getattr(best, _FIELD[period]))
+    return amount if kind == "user" else f"{amount} ({best.user})"
+
+
+_FIELD = {"day": "today", "month": "month"}
+
+
+def scope_rows(file_records: dict, table_records: dict, spend: list[UserSpend] | None = None) -> list[dict]:
+    """One row per scope: its limits as they apply (a table record over the file's), the most spent so far by one
+    user it applies to (from `spend`), and where the limits come from."""
     rows = []
     order = {"default": 0, "group": 1, "user": 2}
     for scope in sorted(set(file_records) | set(table_records), key=lambda s: (order[s[0]], s[1] or "")):
@@ -129,7 +173,9 @@ def scope_rows(file_records: dict, table_records: dict) -> list[dict]:
             {
                 "Scope": _scope_name(*scope),
                 "Per UTC day": "—" if record.day is None else money(record.day),
+                "Spent today": _most_spent(spend, scope, "day") if record.day is not None else "",
                 "Per UTC month": "—" if record.month is None else money(record.month),
+                "Spent this month": _most_spent(spend, scope, "month") if record.month is not None else "",
                 "Set on": source,
                 "Set by": record.updated_by if scope in table_records else "",
                 "When (UTC)": record.update_time[:16].replace("T", " ") if scope in table_records else "",
@@ -138,10 +184,59 @@ def scope_rows(file_records: dict, table_records: dict) -> list[dict]:
     return rows
 
 
+def _limit_cell(limit: Any) -> str:
+    if limit is None:
+        return "none"
+    where = {"user": "own", "group": f"group {limit.group}", "default": "default"}[limit.kind]
+    return f"{money(limit.amount)} ({where})"
+
+
+def _used(row: UserSpend) -> str:
+    shares = []
+    for period, used in (("day", row.today), ("month", row.month)):
+        limit = row.limits.get(period)
+        if limit is not None:
+            share = used / limit.amount if limit.amount else (1.0 if used > 0 else 0.0)
+            shares.append((share, "of the day's" if period == "day" else "of the month's"))
+    if not shares:
+        return ""
+    share, which = max(shares)
+    return f"{share:.0%} {which}"
+
+
+def user_rows(spend: list[UserSpend]) -> list[dict]:
+    """One row per user: spent today and this month next to the limit that applies, and the fuller one's share."""
+    return [
+        {
+            "User": row.user,
+            "Spent today": headline_money(row.today),
+            "Daily limit": _limit_cell(row.limits.get("day")),
+            "Spent this month": headline_money(row.month),
+            "Monthly limit": _limit_cell(row.limits.get("month")),
+            "Used": _used(row),
+        }
+        for row in spend
+    ]
+
+
+def _everyone(svc: Any, me: Any, refresh: bool) -> list[UserSpend] | None:
+    """Everyone's spend this month, read once per browser session and UTC day (Refresh reads again); the view of
+    other users' spend is audited before it is read, as the cost page's is."""
+    day = keys.day_of(keys.now())
+    cached = st.session_state.get(SPEND)
+    if cached is not None and cached[0] == day and not refresh:
+        return cached[1]
+    audit_view.audited_view(svc, me, "limits.view", "spend of all users", {"day": day})
+    rows = svc.limits.everyone(me.user_id)
+    st.session_state[SPEND] = (day, rows)
+    return rows
+
+
 def admin_page(svc: Any, me: Any) -> None:
     """The Spend limits page: admins only, checked here on every run (and again by SpendGuard on every save)."""
     st.title("Spend limits", anchor=False)
     if me.user_id not in svc.settings.admin_ids:
+        audit_view.refused_view(svc, me, "limits.view")  # as the audit page: the attempt is on the record
         st.warning(ONLY_ADMINS, icon=":material/lock:")
         return
     guard = svc.limits
@@ -161,13 +256,30 @@ def admin_page(svc: Any, me: Any) -> None:
         f"for the same scope ({file_path or 'no CHAT_SPEND_LIMITS file'}); other servers see a change within "
         f"{guard.records_ttl_s:.0f} s."
     )
+    if demo_is_free(svc):
+        st.info(DEMO_FREE, icon=":material/money_off:")
+    table: dict = {}
     with ui.errors_shown():
+        refresh = st.button("Refresh", icon=":material/refresh:", key="limits-refresh")
+        spend = _everyone(svc, me, refresh)
         table = guard.table_records()
-        rows = scope_rows(guard.file.records, table)
+        rows = scope_rows(guard.file.records, table, spend)
         if rows:
             st.dataframe(rows, hide_index=True, width="stretch")
+            st.caption(
+                "A group's or everyone's limit applies to each user on their own: its *Spent* is the most any one "
+                "of those users has spent (who, in brackets). Spend is model tokens at their prices plus DynamoDB "
+                "requests, as stored by every server plus this server's counts not flushed yet."
+            )
         else:
             st.caption("No spend limits are set: everyone may spend without a limit.")
+        if spend:
+            st.subheader("Spend by user (this UTC month)", anchor=False)
+            st.dataframe(user_rows(spend), hide_index=True, width="stretch")
+            st.caption(
+                "A user's groups are the limits file's `members` and the groups their sign-in carried on this "
+                "server; another server may know more. The limit shown is the one this server would apply."
+            )
 
     st.subheader("Set a limit", anchor=False)
     with st.form("set-limit", border=True):

@@ -72,7 +72,11 @@ def _status(f: Followed, live: Any, stop: Callable[[str], object] | None = None)
     elif line == STOPPING_LINE:
         f.status.caption(":material/hourglass_top: Stopping…")
     else:
-        with f.status.container(horizontal=True, vertical_alignment="center", gap="small"):
+        # Kept in sight above the question box while the answer grows (lib.web.ui's style: the row is sticky),
+        # where the page's own following of the bottom lags behind fast text.
+        with f.status.container(
+            horizontal=True, vertical_alignment="center", gap="small", key=f"writing-{f.message.message_id}"
+        ):
             st.button(
                 "Stop",
                 key=f"stop-{f.message.message_id}",

@@ -22,6 +22,9 @@ SECTION = "projects-section"  # the sidebar's Projects section is open (closed u
 FILTER = "project-filter"  # the sidebar's selectbox: None (all chats) or a project id
 NEW_POPOVER, EDIT_POPOVER, MOVE_POPOVER = "new-project-popover", "edit-project-popover", "move-project-popover"
 ERROR = "project_error"
+NOTICE = "project_notice"
+ADDRESS = "project-address"  # the project id this session last put in the address bar (`?project=`)
+PARAM = "project"
 ALL_CHATS = "All chats"
 NONE = ""  # the selectboxes' "All chats" / "No project" option (a string: None is no selection to a widget)
 
@@ -35,6 +38,7 @@ def sidebar_section(svc, me, view: ChatView) -> None:
     """The Projects section: a selectbox of All chats and the projects by last activity, New project, and (with
     one chosen) Edit project."""
     store, user_id = svc.store, me.user_id
+    _follow_address(svc, view)
     # A disclosure button, not an expander: the section is drawn (and the list read) only once it is opened
     opened = bool(st.session_state.get(SECTION)) or view.project_id is not None
     st.button(
@@ -50,6 +54,28 @@ def sidebar_section(svc, me, view: ChatView) -> None:
     if opened and _listed(svc, view):
         with st.container(border=True):
             _section(svc, me, view, store, user_id)
+
+
+def _follow_address(svc, view: ChatView) -> None:
+    """The chosen project is in the address (`?project=<id>`, like `?session=`), so a reload or a copied link shows
+    the same project: a project named there that this session did not put there is chosen (1 Query of its chats,
+    and the list's 1 Query when the section draws); otherwise the address follows what is chosen (no request)."""
+    wanted = st.query_params.get(PARAM)
+    if wanted and wanted != st.session_state.get(ADDRESS) and wanted != view.project_id:
+        st.session_state[ADDRESS] = wanted
+        try:
+            view.ensure_projects(svc.store)  # the section draws the list anyway (1 Query, once per browser session)
+            if view.project_name(wanted) is None:
+                svc.store.projects.get(view.user_id, wanted)  # past the listed ones, or none: 1 GetItem says which
+            view.choose_project(svc.store, wanted)
+        except ChatError as exc:  # a malformed, deleted or foreign id: said once, and dropped from the address
+            st.session_state[ERROR] = f"{exc} Showing all chats."
+            st.session_state[SECTION] = True
+    if view.project_id:
+        st.query_params[PARAM] = view.project_id
+    elif PARAM in st.query_params:
+        st.query_params.pop(PARAM)
+    st.session_state[ADDRESS] = view.project_id
 
 
 def _flip(view: ChatView) -> None:
@@ -86,17 +112,31 @@ def _section(svc, me, view: ChatView, store, user_id: str) -> None:
             st.session_state[FILTER] = view.project_id or NONE
 
     st.selectbox(  # options are plain text: a name like ![x](url) is shown as typed and fetches nothing
-        "Projects",
+        "Chats shown",  # the section's button above already says "Projects": the label is for screen readers
         options,
         format_func=lambda pid: names.get(pid, "(a project)") if pid else ALL_CHATS,
         key=FILTER,
         on_change=chosen,
+        label_visibility="collapsed",
     )
-    with st.container(horizontal=True, gap="small"):
-        with st.popover("New project", icon=":material/create_new_folder:", key=NEW_POPOVER, on_change="rerun"):
+    if view.projects_cursor and st.button(
+        "More projects", icon=":material/expand_more:", key="more-projects", type="tertiary", width="stretch"
+    ):
+        try:
+            view.load_more_projects(store)  # the next 100, by last activity (1 Query)
+        except ChatError as exc:
+            st.session_state[ERROR] = str(exc)
+        st.rerun()
+    # One under the other, full width: side by side, the sidebar's width cut the second label off
+    with st.container(gap="small"):
+        with st.popover(
+            "New project", icon=":material/create_new_folder:", key=NEW_POPOVER, on_change="rerun", width="stretch"
+        ):
             _project_form(svc, me, view, None)
         if view.project_id is not None:
-            with st.popover("Edit project", icon=":material/edit:", key=EDIT_POPOVER, on_change="rerun"):
+            with st.popover(
+                "Edit project", icon=":material/edit:", key=EDIT_POPOVER, on_change="rerun", width="stretch"
+            ):
                 # Read only while open (1 GetItem, once per browser session and project: the prompt's own read)
                 project = (
                     svc.engine.project(cache_in(st.session_state), user_id, view.project_id)
@@ -109,7 +149,46 @@ def _section(svc, me, view: ChatView, store, user_id: str) -> None:
                     st.warning("This project could not be read; reload the page.", icon=":material/error:")
                 else:
                     _project_form(svc, me, view, project)
+                    _delete_controls(svc, me, view, project)
     _shown_error()
+    notice = st.session_state.pop(NOTICE, None)
+    if notice:  # a toast: the section it was done in may be folded away by now
+        st.toast(notice, icon=":material/check:")
+
+
+def _delete_controls(svc, me, view: ChatView, project) -> None:
+    """Delete project, behind a confirmation: the project goes, its chats stay (in no project)."""
+    st.divider()
+    sure = st.checkbox(
+        f"Delete the project {plain_label(project.name)}. Its chats are kept, in no project.",
+        key=f"pdelete-sure-{project.project_id}",
+    )
+    st.button(
+        "Delete project",
+        icon=":material/delete:",
+        key=f"pdelete-{project.project_id}",
+        disabled=not sure,
+        on_click=_delete,
+        args=(svc, me, view, project),
+    )
+
+
+def _delete(svc, me, view: ChatView, project) -> None:
+    """Runs before the page: the project is gone from the list and the sidebar shows all chats."""
+    try:
+        moved = svc.chat.delete_project(me.user_id, project.project_id)
+    except ChatError as exc:
+        st.session_state[ERROR] = str(exc)
+        return
+    view.project_deleted(project.project_id)
+    st.session_state[EDIT_POPOVER] = False
+    st.session_state.pop(FILTER, None)
+    n = len(moved)
+    st.session_state[NOTICE] = f"Project {plain_label(project.name)} deleted. " + (
+        ("Its chat is kept, in no project." if n == 1 else f"Its {n} chats are kept, in no project.")
+        if n
+        else "It had no chats."
+    )
 
 
 def _project_form(svc, me, view: ChatView, project) -> None:
@@ -191,6 +270,20 @@ def _move(svc, me, view: ChatView, adopt) -> None:
     view.moved(written.value)
     adopt(written.value.session_id, written.version)
     st.session_state[MOVE_POPOVER] = False
+
+
+def row_tag(svc, view: ChatView, row) -> str | None:
+    """The project label of a row of "All chats": the name of the project the row's copy of project_id names, from
+    the project list (read once per browser session, when the first labelled row is drawn: no request per row).
+    Escaped for a label; None for a chat in no project, or when the list cannot be read."""
+    if view.project_id is not None or getattr(row, "project_id", None) is None:
+        return None
+    try:
+        view.ensure_projects(svc.store)
+    except ChatError:
+        return None
+    name = view.project_name(row.project_id)
+    return plain_label(name) if name is not None else None
 
 
 def welcome_line(view: ChatView) -> None:

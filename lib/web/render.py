@@ -24,3 +24,14 @@ _MARKDOWN_SPECIALS = re.compile(r"([\\`*_{}\[\]()#+\-.!|~<>:$])")
 def plain_label(text: str) -> str:
     """Text shown literally where Streamlit renders Markdown (labels, titles): every special character escaped."""
     return _MARKDOWN_SPECIALS.sub(r"\\\1", text)
+
+
+_QUOTED = re.compile("\u201c([^\u201d]*)\u201d")
+
+
+def names_plain(text: str) -> str:
+    """An app's message shown where Streamlit renders Markdown, with whatever it quotes between curly quotes (a file
+    name, a title: the user's text) escaped so it reads literally and never renders an image or a link; the app's
+    own sentence around it keeps its Markdown. A file name holds no curly quote (lib.turn.attachments.sanitized_name),
+    so it cannot end its quote early."""
+    return _QUOTED.sub(lambda m: "\u201c" + plain_label(m.group(1)) + "\u201d", text)

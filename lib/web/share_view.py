@@ -7,6 +7,7 @@ the table keeps only its hash, so no page can show it again. It is never logged.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from urllib.parse import urlsplit, urlunsplit
 
 import streamlit as st
@@ -18,6 +19,7 @@ from lib.storage import keys
 from lib.storage.items import TITLE_MAX_CHARS
 from lib.storage.records import Session
 from lib.storage.shares import NOT_FOUND, SharedChat, ShareLink
+from lib.turn.shares import COPY_MODEL
 from lib.web import ui
 from lib.web.identity import Identity
 from lib.web.render import plain_label
@@ -36,6 +38,17 @@ EXPLAIN = (
     "are now: not your memories, your instructions or what the model saw. Messages you send later are shared only "
     "when you update the link."
 )
+
+
+COPIED_CAPTION = (
+    ":material/fork_right: Copied from a shared link: asked and answered in the original chat, so this copy has no "
+    "token or time figures."
+)
+
+
+def copied_turn(m) -> bool:
+    """True for a turn "Continue in my own chat" copied (its model is COPY_MODEL; a new answer replaces it)."""
+    return m.model == COPY_MODEL
 
 
 def link_url(page_url: str | None, token: str) -> str:
@@ -62,25 +75,93 @@ def _show_link(token: str) -> None:
 
 
 def share_control(svc: Services, me: Identity, session: Session) -> None:
-    """The Share popover in the chat header: make a link, or update or revoke this chat's links. Not drawn at all
-    with CHAT_SHARING=off (the service refuses a forged call anyway)."""
+    """The Share popover in the chat header: Create link when the chat has no live link, else that link with Update
+    link and Revoke. Drawn (and the owner's links read: 1 Query, +1 BatchGetItem with live links, once per browser
+    session) only while open. Not drawn at all with CHAT_SHARING=off (the service refuses a forged call anyway)."""
     if not svc.settings.sharing_on:
         return
     key = f"{POPOVER}{session.session_id}"
     with st.popover("Share", icon=":material/share:", key=key, on_change="rerun"):
+        if not st.session_state.get(key):
+            return
         st.caption(EXPLAIN)
-        st.button(
-            "Create link",
-            key=f"share-create-{session.session_id}",
-            type="primary",
-            on_click=_create,
-            args=(svc, me, session.session_id, key),
-        )
+        live = []
+        with ui.errors_shown():
+            live = [link for link in _links(svc, me) if link.session_id == session.session_id and not link.revoked]
+        if not live:
+            st.button(
+                "Create link",
+                key=f"share-create-{session.session_id}",
+                type="primary",
+                on_click=_create,
+                args=(svc, me, session.session_id, key),
+            )
         _notice()
-        for link_id, token in _made().items():
-            if link_id.startswith(session.session_id + ":"):
+        for link in live:
+            token = _made().get(f"{link.session_id}:{link.link_id}")
+            if token:
                 _show_link(token)
+            else:
+                st.caption(
+                    f"This chat has a link, made {relative_time(link.create_time)} ({link.turns} "
+                    f"turn{'' if link.turns == 1 else 's'}, {link.view_count} view{'' if link.view_count == 1 else 's'})."
+                    " Its address was shown once, in the tab that made it."
+                )
+            _link_buttons(svc, me, link, popover=key)
         st.page_link(PAGE, label="All your shared links", icon=":material/link:")
+
+
+def _links(svc: Services, me: Identity) -> list[ShareLink]:
+    """The owner's links, read once per browser session (this session's own writes drop the copy)."""
+    if _LINKS not in st.session_state:
+        st.session_state[_LINKS] = svc.shares.links(me.user_id)
+    return st.session_state[_LINKS]
+
+
+def _link_buttons(svc: Services, me: Identity, link: ShareLink, *, popover: str | None = None) -> None:
+    """Update link, and Revoke behind a confirmation (a revoked link cannot be brought back)."""
+    confirm = f"share-confirm-{link.link_id}"
+    if st.session_state.get(confirm):
+        st.warning(
+            "Revoke this link? Anyone who opens it will see nothing, and it cannot be turned back on "
+            "(you can make a new link).",
+            icon=":material/link_off:",
+        )
+        with st.container(horizontal=True, gap="small"):
+            st.button(
+                "Yes, revoke",
+                key=f"share-revoke-yes-{link.link_id}",
+                type="primary",
+                on_click=_revoke,
+                args=(svc, me, link, popover),
+            )
+            st.button("Cancel", key=f"share-revoke-no-{link.link_id}", on_click=_set, args=(confirm, False, popover))
+        return
+    with st.container(horizontal=True, gap="small"):
+        st.button(
+            "Update link",
+            key=f"share-update-{link.link_id}",
+            icon=":material/sync:",
+            help="Share the chat as it is now, at the same address.",
+            on_click=_update,
+            args=(svc, me, link, popover),
+            disabled=not svc.settings.sharing_on,
+        )
+        st.button(
+            "Revoke",
+            key=f"share-revoke-{link.link_id}",
+            icon=":material/link_off:",
+            on_click=_set,
+            args=(confirm, True, popover),
+        )
+        if popover is None:
+            st.page_link("app.py", label="Open the chat", query_params={"session": link.session_id})
+
+
+def _set(name: str, value: bool, popover: str | None) -> None:
+    st.session_state[name] = value
+    if popover is not None:
+        st.session_state[popover] = True  # the click keeps its popover open
 
 
 def _create(svc: Services, me: Identity, session_id: str, popover: str) -> None:
@@ -92,8 +173,15 @@ def _create(svc: Services, me: Identity, session_id: str, popover: str) -> None:
         st.session_state[_NOTICE] = ("error", str(exc))
         return
     _made()[f"{session_id}:{link.link_id}"] = token
-    st.session_state.pop(_LINKS, None)
+    _learned(link)
     st.session_state[_NOTICE] = ("ok", f"Link made: it shares {link.turns} turn{'' if link.turns == 1 else 's'}.")
+
+
+def _learned(link: ShareLink) -> None:
+    """This session's own write, applied to its copy of the owner's links (newest first) instead of a re-read."""
+    if _LINKS in st.session_state:
+        rest = [x for x in st.session_state[_LINKS] if x.link_id != link.link_id]
+        st.session_state[_LINKS] = sorted([link, *rest], key=lambda x: x.link_id, reverse=True)
 
 
 def _notice() -> None:
@@ -126,9 +214,7 @@ def links_page(svc: Services, me: Identity) -> None:
     with ui.errors_shown():
         if st.button("Reload", icon=":material/refresh:", help="Read your links and their view counts again."):
             st.session_state.pop(_LINKS, None)
-        if _LINKS not in st.session_state:  # read once; this session's own writes drop it (a rerun reads nothing)
-            st.session_state[_LINKS] = svc.shares.links(me.user_id)
-        links = st.session_state[_LINKS]
+        links = _links(svc, me)  # read once; this session's own writes drop it (a rerun reads nothing)
         if not links:
             st.info("No shared links yet. Open a chat and use Share in its header.", icon=":material/link:")
         for link in links:
@@ -153,45 +239,54 @@ def _link_row(svc: Services, me: Identity, link: ShareLink) -> None:
         if token and not link.revoked:
             _show_link(token)
         if link.revoked:
+            st.button(
+                "Remove from this list",
+                key=f"share-remove-{link.link_id}",
+                icon=":material/delete:",
+                help="The link is revoked already; this only takes its card off your list.",
+                on_click=_remove,
+                args=(svc, me, link),
+            )
             return
-        with st.container(horizontal=True, gap="small"):
-            st.button(
-                "Update link",
-                key=f"share-update-{link.link_id}",
-                icon=":material/sync:",
-                help="Share the chat as it is now, at the same address.",
-                on_click=_update,
-                args=(svc, me, link),
-                disabled=not svc.settings.sharing_on,
-            )
-            st.button(
-                "Revoke",
-                key=f"share-revoke-{link.link_id}",
-                icon=":material/link_off:",
-                on_click=_revoke,
-                args=(svc, me, link),
-            )
-            st.page_link("app.py", label="Open the chat", query_params={"session": link.session_id})
+        _link_buttons(svc, me, link)
 
 
-def _update(svc: Services, me: Identity, link: ShareLink) -> None:
+def _remove(svc: Services, me: Identity, link: ShareLink) -> None:
+    try:
+        svc.shares.remove(me.user_id, link)
+    except ChatError as exc:
+        st.session_state[_NOTICE] = ("error", str(exc))
+        return
+    st.session_state[_LINKS] = [x for x in st.session_state.get(_LINKS, []) if x.link_id != link.link_id]
+    st.session_state[_NOTICE] = ("ok", "Removed the revoked link from your list.")
+
+
+def _update(svc: Services, me: Identity, link: ShareLink, popover: str | None = None) -> None:
+    if popover is not None:
+        st.session_state[popover] = True
     try:
         updated = svc.shares.refresh(me.user_id, link)
     except ChatError as exc:
         st.session_state[_NOTICE] = ("error", str(exc))
         return
-    st.session_state.pop(_LINKS, None)
-    st.session_state[_NOTICE] = ("ok", f"Link updated: it now shares {updated.turns} turns.")
+    _learned(updated)
+    st.session_state[_NOTICE] = (
+        "ok",
+        f"Link updated: it now shares {updated.turns} turn{'' if updated.turns == 1 else 's'}.",
+    )
 
 
-def _revoke(svc: Services, me: Identity, link: ShareLink) -> None:
+def _revoke(svc: Services, me: Identity, link: ShareLink, popover: str | None = None) -> None:
+    st.session_state.pop(f"share-confirm-{link.link_id}", None)
+    if popover is not None:
+        st.session_state[popover] = True
     try:
         revoked = svc.shares.revoke(me.user_id, link)
     except ChatError as exc:
         st.session_state[_NOTICE] = ("error", str(exc))
         return
     _made().pop(f"{link.session_id}:{link.link_id}", None)
-    st.session_state.pop(_LINKS, None)
+    _learned(replace(link, revoked=True, revoke_time=keys.now(), view_count=0))
     st.session_state[_NOTICE] = (
         "ok",
         "Link revoked: it shows nothing any more." if revoked else "This link was already revoked (in another tab).",

@@ -9,9 +9,11 @@ from typing import Any, Callable, Sequence
 
 import streamlit as st
 
+from lib import tokens
 from lib.export import typed_markdown
 from lib.storage import keys, seen
 from lib.storage.records import Message
+from lib.web.render import plain_label
 from lib.web.stream_render import render_markdown
 
 PAGE_TURNS = 20  # the newest page; older loaded turns are grouped in pages of the same size
@@ -82,15 +84,23 @@ def _whole_body(m: Message, part: str, render: Callable[[str], None], fetch: Fet
         except ChatError as exc:
             st.error(str(exc), icon=":material/error:")
     shown = whole.get(ref.key) if expanded else None
+    if expanded:
+        _fold(key, "Show less", top=True)
     render(shown if shown is not None else (m.input_body if part == "input" else m.output_body) + "\n\n…")
     size = f"{ref.size / 1024 / 1024:,.1f} MB" if ref.size >= 1024 * 1024 else f"{ref.size // 1024:,} KB"
+    _fold(key, "Show less" if expanded else f"Show all ({size})")
+
+
+def _fold(key: str, label: str, *, top: bool = False) -> None:
+    """The button that shows a long body whole or folds it back. An expanded body has one at its start too, so
+    folding a long paste back does not take scrolling to its end."""
     st.button(
-        "Show less" if expanded else f"Show all ({size})",
-        key=f"more-{key}",
+        label,
+        key=f"{'less-top' if top else 'more'}-{key}",
         type="tertiary",
         on_click=_toggle,
         args=(key,),
-        icon=":material/unfold_less:" if expanded else ":material/unfold_more:",
+        icon=":material/unfold_more:" if label.startswith("Show all") else ":material/unfold_less:",
     )
 
 
@@ -113,17 +123,11 @@ def question(m: Message, fetch: Fetch | None = None) -> None:
         render_markdown(st, typed_markdown(m.input_body))
         return
     expanded = m.message_id in st.session_state.get(_EXPANDED, set())
+    if expanded:
+        _fold(m.message_id, "Show less", top=True)
     render_markdown(st, typed_markdown(m.input_body) if expanded else typed_markdown(short) + "\n\n…")
     hidden = len(m.input_body) - len(short)
-    label = "Show less" if expanded else f"Show all ({hidden:,} more characters)"
-    st.button(
-        label,
-        key=f"more-{m.message_id}",
-        type="tertiary",
-        on_click=_toggle,
-        args=(m.message_id,),
-        icon=":material/unfold_less:" if expanded else ":material/unfold_more:",
-    )
+    _fold(m.message_id, "Show less" if expanded else f"Show all ({hidden:,} more characters)")
 
 
 def version_switch(m: Message, *, disabled: bool, pick: Callable[[str, int], None]) -> None:
@@ -209,14 +213,21 @@ _KINDS = {
     "turn": "Recent turn",
     "turns": "Recent turns",
     "question": "Your question",
+    "attachment": "Attached file",
     seen.UNREADABLE: "Unreadable record",
 }
 
 
-def model_saw(m: Message, turns: dict[str, Message], memories: Callable[[], dict[str, str]]) -> None:
+def model_saw(
+    m: Message,
+    turns: dict[str, Message],
+    memories: Callable[[], dict[str, str]],
+    project: Callable[[str], Any] | None = None,
+) -> None:
     """'What the model saw': each part of the prompt with its tokens (from the turn item: ids and counts only;
     a part is described by the loaded turn's question or the memory's text). Drawn only while opened, so a closed
-    one costs a rerun nothing; `memories()` (memory id -> text) is asked only then, and only if a memory was used."""
+    one costs a rerun nothing; `memories()` (memory id -> text) is asked only then, and only if a memory was used;
+    `project(project_id)` (the Project, or None when gone) likewise, only if the project's instructions were sent."""
     if not m.context:
         return
     box = st.expander("What the model saw", icon=":material/visibility:", key=f"saw-{m.message_id}", on_change="rerun")
@@ -243,12 +254,15 @@ def model_saw(m: Message, turns: dict[str, Message], memories: Callable[[], dict
             return "(an older turn, not loaded on this page)"
         if kind == "question":
             return _clip(m.input_body)
+        if kind == "attachment":  # its name, from the turn's own records (lib/storage/attachments.py)
+            named = next((a.name for a in m.attachments if a.attachment_id == ident), None)
+            return _clip(named) + (" (its beginning: cut to fit)" if part.get("excerpt") else "") if named else ""
         if kind == "system":
             return "The app's instructions to the model"
         if kind == "instructions":
             return "What you told the assistant about you and how to answer (the Memory page)"
         if kind == "project":
-            return "The instructions of this chat's project, as they were when asked (Edit project in the sidebar)"
+            return "The instructions of this chat's project (their text is under this table)"
         if kind == seen.UNREADABLE:
             return "This turn's record of its prompt is damaged and could not be read"
         return ""
@@ -264,6 +278,7 @@ def model_saw(m: Message, turns: dict[str, Message], memories: Callable[[], dict
         for part in m.context
     ]
     box.dataframe(rows, hide_index=True, width="stretch")
+    _project_text(box, m, project)
     used = sum(int(part.get("count", 1)) for part in m.context if part.get("kind") == "memory")
     counted = (
         f"; the model counted {m.input_token:,} input tokens (its own count, with its formatting)"
@@ -274,6 +289,27 @@ def model_saw(m: Message, turns: dict[str, Message], memories: Callable[[], dict
         f"{total:,} tokens in all, as this app estimates each part{counted}. "
         + (f"Memories used: {used} (see the Memory page)." if used else "No memories were used.")
     )
+
+
+def _project_text(box: Any, m: Message, project: Callable[[str], Any] | None) -> None:
+    """The project instructions' text under the table: the turn's record keeps the project's id and the part's
+    tokens, not its text, so the text shown is the project's now, and says when it is not what this question sent
+    (its token count differs) or cannot be shown (the project was deleted)."""
+    part = next((p for p in m.context if p.get("kind") == "project" and p.get("id")), None)
+    if part is None or project is None:
+        return
+    found = project(part["id"])
+    if found is None or not found.instructions.strip():
+        box.caption("Project instructions: the project was deleted or emptied since, so their text cannot be shown.")
+        return
+    same = tokens.count(found.block()) + 1 == int(part.get("tokens", 0))
+    box.caption(
+        f"Project instructions sent with this question (project {plain_label(found.name)}):"
+        if same
+        else f"Project instructions of {plain_label(found.name)} as they are now: edited since this question, so "
+        "the model saw an earlier version."
+    )
+    box.code(found.block(), language=None, wrap_lines=True)  # as text: nothing in it is rendered or fetched
 
 
 def _clip(text: str, limit: int = 80) -> str:

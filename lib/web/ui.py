@@ -16,7 +16,7 @@ from lib.storage import keys
 from lib.turn.worker import Generations
 from lib.web import identity, project_view, shortcuts, turn_view
 from lib.web.chat_view import ChatView
-from lib.web.render import plain_label
+from lib.web.render import names_plain, plain_label
 
 
 @st.cache_resource(show_spinner="Starting the chat database…")
@@ -55,7 +55,11 @@ section[data-testid="stSidebar"] div[data-testid="stButton"] button p { white-sp
   text-overflow: ellipsis; }
 /* Suggestions wrap on a phone instead of being cut off; the welcome title fits a phone. */
 .st-key-suggestions button p { white-space: normal; text-align: left; }
-@media (max-width: 640px) { h1 { font-size: 2rem !important; } }
+@media (max-width: 640px) { h1 { font-size: 2rem !important; } .st-key-shortcut-help { display: none; } }
+/* An answer being written: its Stop row stays in sight at the bottom of the page, above the question box (the
+   scroll container runs under the box, which with its margins is about 7.5 rem high while it holds one line). */
+div[data-testid="stLayoutWrapper"]:has(> div[class*="st-key-writing-"]) { position: sticky; bottom: 8rem; z-index: 2;
+  background: #ffffff; box-shadow: 0 -0.75rem 0.75rem -0.5rem #ffffff; }
 /* The turn a link (Search) opened the chat at: marked, so the eye finds it on arrival. */
 div[class*="st-key-linked-"] { border: 2px solid #1c83e1 !important; background: rgba(28, 131, 225, 0.06); }
 </style>
@@ -66,16 +70,24 @@ def apply_style() -> None:
     st.html(_STYLE)
 
 
-def page_links(admin: bool = False) -> None:
+def page_links(admin: bool = False, *, not_here: str | None = None) -> None:
     """The app's own navigation (Streamlit's automatic one would list the entry script as 'app'); the admin pages
-    are linked for admins only (each page checks rights itself: a link is not a permission)."""
+    are linked for admins only (each page checks rights itself: a link is not a permission). `not_here`: the path of
+    the script that draws this page but is not what its link names (a colleague's shared chat is drawn by
+    pages/shared.py, which the menu calls "Shared links"): a plain button, so the menu highlights nothing."""
     st.page_link("app.py", label="Chat", icon=":material/chat:")
     for path, label, icon, for_admins in _PAGES:
         if (admin or not for_admins) and (_ROOT / path).exists():
-            st.page_link(path, label=label, icon=icon)
+            if path == not_here:
+                if st.button(label, icon=icon, type="tertiary", key=f"menu-{path}"):
+                    st.switch_page(path)  # without the query: the page its label names
+            else:
+                st.page_link(path, label=label, icon=icon)
 
 
-def sidebar(svc: Services, me: identity.Identity, view: ChatView, *, pick: Callable | None = None) -> None:
+def sidebar(
+    svc: Services, me: identity.Identity, view: ChatView, *, pick: Callable | None = None, not_here: str | None = None
+) -> None:
     """The sidebar of every page: the pages, New chat, your chats under their day headings (Load more), who is
     signed in, the data and the model. `pick(session_id or None)` is the chat page's navigation, run as the click's
     callback; on the other pages a click opens the chat page at that chat (or a new one)."""
@@ -87,7 +99,7 @@ def sidebar(svc: Services, me: identity.Identity, view: ChatView, *, pick: Calla
             st.switch_page("app.py", query_params={"session": session_id} if session_id else None)
 
     with st.sidebar:
-        page_links(admin=me.user_id in svc.settings.admin_ids)
+        page_links(admin=me.user_id in svc.settings.admin_ids, not_here=not_here)
         chosen("New chat", None, icon=":material/edit_square:", width="stretch", key="new-chat")
         project_view.sidebar_section(svc, me, view)  # choose a project: its chats below instead of all chats
         with errors_shown():
@@ -100,15 +112,16 @@ def sidebar(svc: Services, me: identity.Identity, view: ChatView, *, pick: Calla
         heading = None
         for row in rows or []:
             # Dates are headings ('Today', 'Previous 7 days'...), not part of the row: a long title cannot push
-            # its date out of sight, and the selected row (white on blue) has none to fade.
+            # its date out of sight, and the selected row (white on blue) has none to fade. Pinned rows come
+            # first under their own heading, without an icon that would set their titles off from the others.
             group = "Pinned" if row.pinned else day_group(row.last_message_time)
             if group != heading:
                 heading = group
                 st.caption(heading)
+            tag = project_view.row_tag(svc, view, row)  # "All chats": the row's project, from the one list read
             chosen(
-                plain_label(row.title),
+                plain_label(row.title) + (f" · :material/folder: {tag}" if tag else ""),
                 row.session_id,
-                icon=":material/keep:" if row.pinned else None,
                 key=f"open-{row.session_id}",
                 type="primary" if pick is not None and row.session_id == view.open_id else "tertiary",
                 help=f"Last message {relative_time(row.last_message_time)}",
@@ -128,11 +141,16 @@ def sidebar(svc: Services, me: identity.Identity, view: ChatView, *, pick: Calla
             + (" · development identity, no SSO" if me.mode == "dev" else "")
         )
         st.caption(f"Data: {svc.database.where}")
-        st.caption(f"Model: {svc.model.provider} · {svc.model.name}")
+        st.caption(
+            "Model: offline demo (canned answers, no model is called)"
+            if svc.model.provider == "demo"
+            else f"Model: {svc.model.provider} · {svc.model.name}"
+        )
         health = svc.hot.health() if svc.hot is not None else None
         if health and me.user_id in svc.settings.admin_ids:  # an operator's concern, said to operators only
             st.warning(health, icon=":material/sync_problem:")
-        st.caption(f"Keys: {shortcuts.HELP}")
+        with st.container(key="shortcut-help"):  # hidden on a phone (the style above), which has no such keys
+            st.caption(f"Keys: {shortcuts.HELP}")
         turn_view.watch_linked_turns()
         shortcuts.install()
 
@@ -184,7 +202,7 @@ def errors_shown() -> Iterator[None]:
     try:
         yield
     except ChatError as exc:
-        st.error(str(exc), icon=":material/error:")
+        st.error(names_plain(str(exc)), icon=":material/error:")  # what it quotes (a file's name) stays text
 
 
 def until(epoch: int, now: dt.datetime | None = None) -> str:

@@ -46,7 +46,7 @@ SETTINGS: dict[str, tuple[str, str]] = {
     ),
     "CHAT_MAX_ATTACHMENTS": ("5", "Most files attached to one question (docs/attachments.md)."),
     "CHAT_PDF_TEXT_TIMEOUT_S": (
-        "20",
+        "60",
         "Seconds one attached PDF's text may take to read (in a child process, killed past this); a PDF not read "
         "in time is refused and nothing is stored (docs/attachments.md).",
     ),
@@ -302,7 +302,7 @@ class Settings:
     max_question_bytes: int = 2097152
     max_attachment_bytes: int = 10485760  # docs/attachments.md
     max_attachments: int = 5
-    pdf_text_timeout_s: float = 20.0  # docs/attachments.md
+    pdf_text_timeout_s: float = 60.0  # docs/attachments.md
     price_bucket_put_per_k: float = 0.005
     price_bucket_get_per_k: float = 0.0004
     price_bucket_gb_month: float = 0.023

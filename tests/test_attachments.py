@@ -40,8 +40,11 @@ MB = 1024 * 1024
 # --- files made here -----------------------------------------------------------------------------------------------
 
 
-def make_pdf(pages=("Hello from a PDF",), *, stream: bytes | None = None, flate: bool = False) -> bytes:
-    """A minimal PDF, written by hand: one Helvetica text line per page (or `stream` as every page's content)."""
+def make_pdf(
+    pages=("Hello from a PDF",), *, stream: bytes | None = None, flate: bool = False, padding: int = 0
+) -> bytes:
+    """A minimal PDF, written by hand: one Helvetica text line per page (or `stream` as every page's content); with
+    `padding`, an unused stream of that many bytes too (the bulk of a real PDF: images, fonts)."""
     body: list[bytes] = [
         b"<< /Type /Catalog /Pages 2 0 R >>",
         b"",
@@ -59,6 +62,9 @@ def make_pdf(pages=("Hello from a PDF",), *, stream: bytes | None = None, flate:
         )
         kids.append(len(body))
     body[1] = b"<< /Type /Pages /Kids [" + b" ".join(b"%d 0 R" % k for k in kids) + b"] /Count %d >>" % len(kids)
+    if padding:
+        filler = bytes(range(256)) * (padding // 256 + 1)
+        body.append(b"<< /Length %d >>\nstream\n" % padding + filler[:padding] + b"\nendstream")
     out, offsets = bytearray(b"%PDF-1.4\n"), []
     for number, text in enumerate(body, 1):
         offsets.append(len(out))

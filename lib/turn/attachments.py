@@ -35,7 +35,7 @@ MAX_PDF_PAGES = 500
 MAX_TEXT_BYTES = 4 * 1024 * 1024  # extracted text of one PDF: past this it is a bomb or not a document to ask about
 MAX_NAME_CHARS = 120
 MAX_IMAGE_PIXELS = 40_000_000  # width x height: 40 MP is past any photo worth asking about, a bounded decode
-PDF_TEXT_TIMEOUT_S = 20.0  # CHAT_PDF_TEXT_TIMEOUT_S's default: the wall-clock deadline of one PDF's reading
+PDF_TEXT_TIMEOUT_S = 60.0  # CHAT_PDF_TEXT_TIMEOUT_S's default: the wall-clock deadline of one PDF's reading
 PDF_MEMORY_BYTES = 1024 * 1024 * 1024  # the reading process's address space (pypdf's 75 MB a stream fits)
 _ROOT = Path(__file__).resolve().parents[2]  # where `python -m lib.turn.pdf_text` is found
 

@@ -49,7 +49,7 @@ def chips(m: Message, fetch: Callable[[Attachment], bytes]) -> None:
         with box:
             if a.preview:
                 whole = a.text is not None and len(a.preview.encode("utf-8")) >= a.text.size
-                st.caption("Its text:" if whole else "The start of its text:")
+                st.caption("The file's text:" if whole else "The start of the file's text:")
                 st.text(a.preview if whole else a.preview + "…")
             failed = st.session_state.pop(f"file-error-{a.attachment_id}", None)
             if failed:  # missing, damaged, or not this user's: said, never an empty file

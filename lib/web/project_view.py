@@ -290,4 +290,6 @@ def welcome_line(view: ChatView) -> None:
     """On the new-chat screen, with a project chosen: the chat starts in it (and gets its instructions)."""
     if view.project_id is not None:
         name = view.project_name(view.project_id) or "the chosen project"
-        st.caption(f":material/folder: This chat starts in the project {plain_label(name)} and gets its instructions.")
+        st.caption(
+            f":material/folder: This chat starts in the project **{plain_label(name)}** and gets its instructions."
+        )

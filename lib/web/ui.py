@@ -124,7 +124,8 @@ def sidebar(
                 row.session_id,
                 key=f"open-{row.session_id}",
                 type="primary" if pick is not None and row.session_id == view.open_id else "tertiary",
-                help=f"Last message {relative_time(row.last_message_time)}",
+                # the project again where a long title's ellipsis cannot hide it
+                help=f"Last message {relative_time(row.last_message_time)}" + (f" · project {tag}" if tag else ""),
                 width="stretch",
             )
         cursor = view.project_cursor if view.project_id is not None else view.sidebar_cursor

@@ -163,6 +163,26 @@ class TestDeletionAndExport:
         assert "1 archive_object" in capsys.readouterr().out
         assert partition(client, table, ALICE, session_id) == [] and archive_files(folder) == []
 
+    def test_retention_deletes_a_chats_long_bodies_and_attached_files_after_its_items(self, cold, folder, capsys):
+        from lib.turn.attachments import prepare
+
+        moments = iter(OLD + dt.timedelta(seconds=i) for i in range(100))
+        with keys.clock(lambda: next(moments)):
+            files = prepare([("notes.md", b"# Notes\nship it on Friday\n")], max_bytes=1024, max_count=1)
+            session, _ = cold.create_session(ALICE, "L" * 40_000, system_prompt_id="p", attachments=files)
+        kept, _ = cold.create_session(ALICE, "a chat of today", system_prompt_id="p")
+
+        def stored():  # the kinds of object left: users/<user>/<kind>/...
+            return sorted(p.relative_to(folder).parts[2] for p in folder.rglob("*") if p.is_file())
+
+        assert stored() == ["bodies", "files"]
+        capsys.readouterr()
+        assert admin.main(["retention", "--older-than", "60"]) == 0
+        report = capsys.readouterr().out
+        assert "1 body_object" in report and "1 attachment_object" in report
+        assert stored() == []  # nothing left for `repair` to sweep up
+        assert cold.get_session(ALICE, kept.session_id).title == "a chat of today"
+
     def test_purge_user_deletes_the_archive_objects_and_proves_none_is_left(self, cold, folder, capsys):
         old_chat(cold, ALICE)
         old_chat(cold, BOB)

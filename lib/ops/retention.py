@@ -32,7 +32,8 @@ def retention(
 ) -> dict[str, Deleted]:
     """Delete every session last active before now - older_than_days, for every user; per-user results (users
     with nothing deleted or kept are left out). `archives` (lib.storage.archive.ArchiveStore): a deleted chat's
-    archive object goes too, after its items (one left by a crash is an orphan `repair` removes)."""
+    objects go too (its archive, long bodies and attached files), after its items (one left by a crash is an orphan
+    `repair` removes)."""
     if older_than_days <= 0:
         raise ValueError("--older-than must be a positive number of days")
     cutoff = keys.format_time((now or _utcnow()) - dt.timedelta(days=older_than_days))
@@ -41,7 +42,7 @@ def retention(
         old = db.sessions_last_active_before(user_id, cutoff)
         deleted = delete_sessions(db, user_id, old, dry_run=dry_run, cutoff=cutoff, command="retention")
         if archives is not None and not dry_run and deleted.session_ids:
-            deleted.kinds["archive_object"] += archives.delete_objects(user_id, deleted.session_ids)
+            deleted.kinds.update(archives.delete_objects(user_id, deleted.session_ids))
         # Memories are text taken from the user's questions: one last written before the cutoff goes too (one
         # Query of MEM#). Preferences (the memory switch, custom instructions) are settings the user keeps current
         # on the Memory page, not chat history: they stay.

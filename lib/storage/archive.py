@@ -30,6 +30,7 @@ from __future__ import annotations
 import base64
 import gzip
 import json
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -540,17 +541,18 @@ class ArchiveStore:
 
     # --- operators -----------------------------------------------------------------------------------------------
 
-    def delete_objects(self, user_id: str, session_ids: Iterable[str]) -> int:
-        """Delete the archive objects of these chats (retention, after their items: 1 ListObjectsV2 and a
-        DeleteObject each). Returns how many."""
+    def delete_objects(self, user_id: str, session_ids: Iterable[str]) -> Counter:
+        """Delete every object of these chats: their archive, long bodies and attached files (retention, after the
+        chats' items, so no item is left pointing at a deleted object; per chat 1 ListObjectsV2 per kind and a
+        DeleteObject each). Returns how many of each kind."""
+        gone: Counter = Counter()
         if self.objects is None:
-            return 0
-        gone = 0
+            return gone
         for session_id in session_ids:
-            prefix = f"{keys.user_object_prefix(user_id)}archive/{session_id}/"
-            for stored in list(self.objects.listing(prefix)):
-                self.objects.delete_key(stored.key)
-                gone += 1
+            for kind, prefix in keys.chat_object_prefixes(user_id, session_id).items():
+                for stored in list(self.objects.listing(prefix)):
+                    self.objects.delete_key(stored.key)
+                    gone[kind] += 1
         return gone
 
     def archived_metas(self, user_id: str) -> Iterator[Session]:

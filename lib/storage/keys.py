@@ -582,6 +582,18 @@ def user_object_prefix(user_id: str) -> str:
     return f"{OBJECT_ROOT}{_object_user(user_id)}/"
 
 
+CHAT_OBJECT_KINDS = {"bodies": "body_object", "files": "attachment_object", "archive": "archive_object"}
+
+
+def chat_object_prefixes(user_id: str, session_id: str) -> dict[str, str]:
+    """Every object prefix of one chat, by the kind a deletion report counts: its long bodies, its attached files and
+    its archive (retention deletes them after the chat's items)."""
+    if not is_id(session_id):
+        raise ValueError("a chat's object prefix needs its session id")
+    base = user_object_prefix(user_id)
+    return {kind: f"{base}{folder}/{session_id}/" for folder, kind in CHAT_OBJECT_KINDS.items()}
+
+
 def body_object_key(user_id: str, session_id: str, message_id: str, part: str, object_id: str) -> str:
     """The object of a turn's long question ("input") or answer ("output")."""
     if part not in BODY_PARTS or not all(is_id(i) for i in (session_id, message_id, object_id)):

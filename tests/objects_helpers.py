@@ -135,3 +135,17 @@ class FailingS3(http.server.ThreadingHTTPServer):
         self.release.set()
         self.shutdown()
         self.server_close()
+
+
+@pytest.fixture
+def failing():
+    """Makes FailingS3 endpoints for a test (each closed after it)."""
+    servers: list[FailingS3] = []
+
+    def make(*args, **kwargs) -> FailingS3:
+        servers.append(FailingS3(*args, **kwargs))
+        return servers[-1]
+
+    yield make
+    for server in servers:
+        server.close()

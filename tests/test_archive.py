@@ -19,7 +19,7 @@ from lib.storage import keys
 from lib.storage.archive import ARCHIVED, CHANGED, RESUMED, read_document
 from lib.storage.objects import S3Objects
 from lib.storage.store import ChatStore
-from tests.objects_helpers import FailingS3, ObjectCalls, bucket, s3_client, s3_server, store_with  # noqa: F401
+from tests.objects_helpers import FailingS3, ObjectCalls, bucket, failing, s3_client, s3_server, store_with  # noqa: F401
 
 ALICE = "alice@example.com"
 BOB = "bob@example.com"
@@ -109,19 +109,6 @@ def crash_after(monkeypatch):
         monkeypatch.setattr(archive_module, "after_step", hook)
 
     yield arm
-
-
-@pytest.fixture
-def failing():
-    servers: list[FailingS3] = []
-
-    def make(*args, **kwargs) -> FailingS3:
-        servers.append(FailingS3(*args, **kwargs))
-        return servers[-1]
-
-    yield make
-    for server in servers:
-        server.close()
 
 
 class Split:

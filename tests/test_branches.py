@@ -84,6 +84,7 @@ def test_editing_the_first_question_branches_into_a_chat_that_starts_with_it(cha
     branch = store.open_session(U, sent.session.session_id)
     assert [m.input_body for m in branch.messages] == ["one, edited"]
     assert branch.session.branched_from == (view.session.session_id, view.messages[0].message_id)
+    assert branch.session.title == branch_title(view.session.title)  # named as every branch, not by the model
 
 
 def test_a_branch_of_a_chat_longer_than_the_page_holds_copies_every_earlier_turn(chat, store, requests):

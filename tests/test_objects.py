@@ -19,7 +19,7 @@ from lib.errors import BodyUnavailable, EmptyMessage, MessageTooLarge, ObjectSto
 from lib.storage import keys
 from lib.storage.objects import BodyRef, MemoryObjects, ObjectMissing, ObjectStore, S3Objects, sha256_hex
 from lib.storage.records import Message
-from tests.objects_helpers import FailingS3, ObjectCalls, backend, bucket, s3_client, s3_server, store_with  # noqa: F401
+from tests.objects_helpers import FailingS3, ObjectCalls, backend, bucket, failing, s3_client, s3_server, store_with  # noqa: F401
 
 ALICE, BOB = "alice@example.com", "bob@example.com"
 
@@ -173,19 +173,6 @@ class TestTheFolderKeepsTheDatabasesPromise:
             store.send_message(ALICE, session, "x" * 100_000, system_prompt_id="p")
         assert requests.names == []  # the transaction never ran
         assert store.get_session(ALICE, session.session_id).message_count == 1
-
-
-@pytest.fixture
-def failing():
-    servers: list[FailingS3] = []
-
-    def make(*args, **kwargs) -> FailingS3:
-        servers.append(FailingS3(*args, **kwargs))
-        return servers[-1]
-
-    yield make
-    for server in servers:
-        server.close()
 
 
 class TestS3Failures:

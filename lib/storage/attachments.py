@@ -20,7 +20,7 @@ from typing import Any
 from lib.errors import AttachmentRefused, BodyUnavailable
 from lib.storage import keys
 from lib.storage.gateway import Gateway, from_item, to_item
-from lib.storage.objects import BodyRef, ObjectStore, StoredObject
+from lib.storage.objects import BodyRef, ObjectStore, StoredObject, delete_unpointed
 
 PREVIEW_CHARS = 400  # kept in the turn item: what the chip shows on expand, no request
 KINDS = ("text", "pdf", "image")
@@ -204,18 +204,11 @@ class Attachments:
     def remove_orphans(self, orphans: Sequence[StoredObject]) -> int:
         """Delete these objects (1 DeleteObject each), after reading each session's records again, descending (1
         consistent Query per session: a record committed since the check is kept). Returns how many."""
-        by_session: dict[tuple[str, str], list[StoredObject]] = defaultdict(list)
-        for found in orphans:
-            owner, session_id, *_ = keys.attachment_object_parts(found.key)
-            by_session[(owner, session_id)].append(found)
-        deleted = 0
-        for (owner, session_id), stored in by_session.items():
-            pointed = self.pointers(owner, session_id, descending=True)
-            for found in stored:
-                if found.key not in pointed:
-                    self.objects.delete_key(found.key)
-                    deleted += 1
-        return deleted
+
+        def pointed(owner: str, session_id: str):
+            return self.pointers(owner, session_id, descending=True).__contains__
+
+        return delete_unpointed(self.objects, orphans, lambda key: keys.attachment_object_parts(key)[:2], pointed)
 
 
 def item_value(attachments: Sequence[Attachment]) -> dict:

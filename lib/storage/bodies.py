@@ -28,7 +28,7 @@ from lib.errors import BodyUnavailable, MessageTooLarge
 from lib.storage import items, keys
 from lib.storage.gateway import Gateway, from_item, storable_text, to_item
 from lib.storage.itemsize import item_size
-from lib.storage.objects import BodyRef, ObjectStore, StoredObject, body_key
+from lib.storage.objects import BodyRef, ObjectStore, StoredObject, body_key, delete_unpointed
 from lib.storage.records import Message
 
 INLINE_BODY_BYTES = 16 * 1024
@@ -178,18 +178,12 @@ class Bodies:
         pointers are read again first, descending (1 consistent Query per session): `audit` read them ascending,
         which a version move (MSG# to ALT#) committing meanwhile could slip past; the two reads in opposite
         orders cannot both miss a pointer that one transaction moved. Returns how many were deleted."""
-        by_session: dict[tuple[str, str], list[StoredObject]] = defaultdict(list)
-        for found in orphans:
-            owner, session_id, *_ = keys.body_object_parts(found.key)
-            by_session[(owner, session_id)].append(found)
-        deleted = 0
-        for (owner, session_id), stored in by_session.items():
-            pointed = self.pointers(owner, session_id, descending=True)
-            for found in stored:
-                if found.key not in pointed and EVERY not in pointed:
-                    self.objects.delete_key(found.key)
-                    deleted += 1
-        return deleted
+
+        def pointed(owner: str, session_id: str):
+            found = self.pointers(owner, session_id, descending=True)
+            return lambda key: key in found or EVERY in found  # EVERY: an archive that cannot be read keeps all
+
+        return delete_unpointed(self.objects, orphans, lambda key: keys.body_object_parts(key)[:2], pointed)
 
     def purge_user(self, user_id: str, *, dry_run: bool) -> int:
         """Delete every object under the user's prefix (1 ListObjectsV2 per 1,000, 1 DeleteObject each), after

@@ -17,7 +17,8 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import threading
-from collections.abc import Iterator
+from collections import defaultdict
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -266,6 +267,29 @@ class MemoryObjects:
         with self._lock:
             found = [StoredObject(k, len(d), t) for k, (d, t) in sorted(self._objects.items()) if k.startswith(prefix)]
         yield found
+
+
+def delete_unpointed(
+    objects: ObjectStore,
+    orphans: Sequence[StoredObject],
+    owner_session: Callable[[str], tuple[str, str]],
+    pointed: Callable[[str, str], Callable[[str], bool]],
+) -> int:
+    """`repair`'s deletion of the orphans an audit found (1 DeleteObject each), grouped by the chat each key names
+    (`owner_session`), after that chat's pointers are read again (`pointed(owner, session)`: whether a key is still
+    pointed to, read descending where the audit read ascending, so one transaction moving a pointer meanwhile cannot
+    slip past both reads). Returns how many were deleted."""
+    by_session: dict[tuple[str, str], list[StoredObject]] = defaultdict(list)
+    for found in orphans:
+        by_session[owner_session(found.key)].append(found)
+    deleted = 0
+    for (owner, session_id), stored in by_session.items():
+        still = pointed(owner, session_id)
+        for found in stored:
+            if not still(found.key):
+                objects.delete_key(found.key)
+                deleted += 1
+    return deleted
 
 
 def body_key(user_id: str, session_id: str, message_id: str, part: str) -> str:

@@ -84,7 +84,7 @@ class Handoff:
     history: tuple[Message, ...]  # the chat's loaded turns, this one included, oldest first
     summary: Summary | None
     memories: ContextCache  # a private copy of the user's known memories (the extractor de-duplicates on it)
-    first: bool
+    first: bool  # the question created the chat without a title of its own: the model writes one
     typed: bool = True  # the user wrote the question (False: a suggestion clicked): only then are memories kept
 
 
@@ -133,6 +133,7 @@ class ChatService:
         project_id: str | None = None,
         files: Sequence[tuple[str, bytes]] = (),
         branched_from: tuple[str, str] | None = None,
+        title: str | None = None,
     ) -> Sent:
         """Commit `question` (a new chat when `session` is None) and start its answer, with `model` (an id of the
         catalog; None: the chat's own, else the default). `typed`: False for a question the user did not write
@@ -174,12 +175,15 @@ class ChatService:
                 project_id=project_id if session is None else None,
                 attachments=uploads,
                 branched_from=branched_from if session is None else None,
+                title=title if session is None else None,
             )
             self._project_moved(user_id, turn.session, cache)
             first = session is None
             version = self._bump(user_id, turn.session.session_id)
             turns = tuple(m for m in history if m.message_id != turn.message.message_id) + (turn.message,)
-            handoff = Handoff(user_id, turn.session, turns, summary, _private(cache, user_id), first, typed)
+            # A chat given its title (a branch) keeps it: no model-written title replaces it.
+            untitled = first and title is None
+            handoff = Handoff(user_id, turn.session, turns, summary, _private(cache, user_id), untitled, typed)
             live = self._start(turn, handoff, admission)
             _attach(hold, live)
         return Sent(turn.session, turn.message, live, version, first, admission.waited)
@@ -245,6 +249,7 @@ class ChatService:
                 model=model or session.model,
                 project_id=session.project_id,
                 branched_from=(session.session_id, message.message_id),
+                title=branches.branch_title(session.title) if branch is None else None,
             )
         except ChatError as exc:
             if branch is None:

@@ -180,6 +180,7 @@ def begin_turn(
     project_id: str | None = None,
     attachments: Sequence[Upload] = (),
     branched_from: tuple[str, str] | None = None,
+    title: str | None = None,
 ) -> Turn:
     """Commit the question (create_session or send_message: one transaction), before any model call; the
     chat's meta keeps the id of the model that answers (`model.name`) in the same transaction. A new chat with
@@ -198,6 +199,7 @@ def begin_turn(
             project_id=project_id,  # a new chat started in a project (docs/projects.md)
             attachments=attachments,
             branched_from=branched_from,  # a branch whose edited question is its first (lib/turn/branches.py)
+            title=title,  # None: the question's first words, until the model's title
         )
     else:
         session, message = store.send_message(

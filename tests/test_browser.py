@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+from playwright.sync_api import expect
 
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "test-artifacts"
@@ -224,10 +225,10 @@ def test_type_ahead_is_refused_with_the_text_kept_then_sent_after_the_answer(app
     page.get_by_text("You asked").first.wait_for(timeout=HANG_MS)
     box = type_question(page, "and what about sort keys?")
     page.get_by_text("Not sent yet: the answer above is still being written").wait_for(timeout=HANG_MS)
-    assert box.input_value() == "and what about sort keys?"  # kept in the box
+    expect(box).to_have_value("and what about sort keys?", timeout=HANG_MS)  # kept in the box (filled once drawn)
     page.screenshot(path=str(ARTIFACTS / "chat-type-ahead.png"))
     page.get_by_text("out tokens").first.wait_for(timeout=HANG_MS)
-    assert box.input_value() == "and what about sort keys?"
+    expect(box).to_have_value("and what about sort keys?", timeout=HANG_MS)
     box.press("Enter")
     page.locator(MESSAGES).filter(has_text="and what about sort keys?").first.wait_for(timeout=HANG_MS)
     page.get_by_text("out tokens").nth(1).wait_for(timeout=HANG_MS)

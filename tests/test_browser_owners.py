@@ -13,6 +13,7 @@ import subprocess
 import sys
 
 import pytest
+from playwright.sync_api import expect
 
 from tests.fake_anthropic import Behaviour, FakeAnthropic
 from tests.test_browser import (
@@ -150,7 +151,8 @@ def test_limit_set_by_an_admin_warns_then_refuses_the_user_and_the_audit_trail_s
     kept = user.get_by_label(
         "Your message was not sent. Copy it, change what the reason above asks, then send it again:"
     )
-    assert kept.input_value() == REFUSED
+    # The box is drawn, then filled: wait for its value rather than read it the moment it appears.
+    expect(kept).to_have_value(REFUSED, timeout=HANG_MS)
     assert len(fake_model.requests) == asked  # the model was not called
     shot(user, "refused-user")
     phone = signed_in(browser, USER, 390, 844)

@@ -59,8 +59,8 @@ def _short_form(loader: yaml.SafeLoader, suffix: str, node: yaml.Node) -> Any:
         value = loader.construct_sequence(node, deep=True)
     else:
         value = loader.construct_mapping(node, deep=True)
-    if suffix == "Ref":
-        return {"Ref": value}
+    if suffix in ("Ref", "Condition"):  # the two short forms whose long form has no Fn:: prefix
+        return {suffix: value}
     if suffix == "GetAtt" and isinstance(value, str):
         value = value.split(".", 1)
     return {f"Fn::{suffix}": value}

@@ -219,6 +219,15 @@ class TestTheTaskRole:
         assert (condition, otherwise) == ("UseBedrock", {"Ref": "AWS::NoValue"})
         assert statement["Action"] == ["bedrock:InvokeModel", "bedrock:InvokeModelWithResponseStream"]
         assert all("${Bedrock" in r["Fn::Sub"] for r in statement["Resource"])
+        # Models added to the picker (CHAT_MODELS) get a statement of their own, with nothing by default.
+        condition, statement, otherwise = policy["Statement"][2]["Fn::If"]
+        assert (condition, otherwise, statement["Resource"]) == (
+            "UseExtraBedrockModels",
+            {"Ref": "AWS::NoValue"},
+            {"Ref": "ExtraBedrockModelArns"},
+        )
+        assert template["Conditions"]["UseExtraBedrockModels"]["Fn::And"][0] == {"Condition": "UseBedrock"}
+        assert template["Parameters"]["ExtraBedrockModelArns"]["Default"] == ""
 
     def test_the_derivation_sees_every_way_the_code_names_an_operation(self):
         client_methods = boto3.client("dynamodb", region_name="us-east-1").meta.method_to_api_mapping
@@ -314,12 +323,20 @@ def stack(moto_server, template):
             {"ParameterKey": "ModelProvider", "ParameterValue": "bedrock"},
             {"ParameterKey": "BedrockModelId", "ParameterValue": "eu.anthropic.claude-sonnet-4-6-v1:0"},
             {"ParameterKey": "BedrockFoundationModelId", "ParameterValue": "anthropic.claude-sonnet-4-6-v1:0"},
+            {"ParameterKey": "ExtraBedrockModelArns", "ParameterValue": ",".join(EXTRA_MODEL_ARNS)},
         ],
     )
     described = cloudformation.describe_stacks(StackName="chat")["Stacks"][0]
     assert described["StackStatus"] == "CREATE_COMPLETE", described.get("StackStatusReason")
     resources = cloudformation.describe_stack_resources(StackName="chat")["StackResources"]
     return {r["LogicalResourceId"]: r["PhysicalResourceId"] for r in resources if "LogicalResourceId" in r}
+
+
+# A second pickable model (CHAT_MODELS): its inference profile and the foundation model behind it.
+EXTRA_MODEL_ARNS = [
+    f"arn:aws:bedrock:{REGION}:123456789012:inference-profile/eu.anthropic.claude-haiku-4-5-v1:0",
+    "arn:aws:bedrock:*::foundation-model/anthropic.claude-haiku-4-5-v1:0",
+]
 
 
 def role_policy(moto_server, role_name: str) -> dict:
@@ -349,6 +366,9 @@ class TestInMotosCloudFormation:
             f"arn:aws:bedrock:{REGION}:123456789012:inference-profile/eu.anthropic.claude-sonnet-4-6-v1:0",
             "arn:aws:bedrock:*::foundation-model/anthropic.claude-sonnet-4-6-v1:0",
         ]
+        # The models ChatModels adds may be invoked too, and only those the operator listed.
+        assert statements[2]["Sid"] == "PickableModels" and statements[2]["Resource"] == EXTRA_MODEL_ARNS
+        assert statements[2]["Action"] == statements[1]["Action"]
 
     def test_the_store_runs_on_the_stacks_table_using_only_actions_the_task_role_allows(self, moto_server, stack):
         settings = Settings.load(

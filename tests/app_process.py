@@ -23,6 +23,31 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
+HANG_MS = 300_000  # a bound on a hang, never a speed test: every wait ends as soon as what it waits for is there
+HANG_S = HANG_MS / 1000
+
+
+def launch(playwright):
+    """Debian's Chromium, headless, whose every page waits up to HANG_MS by default: an action's implicit wait
+    (a click waiting for its button, say) is a bound on a hang like every explicit one, never Playwright's 30 s,
+    which a loaded 2-core machine can pass."""
+    browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    new_context, new_page = browser.new_context, browser.new_page
+
+    def context_waiting(**options):
+        context = new_context(**options)
+        context.set_default_timeout(HANG_MS)
+        context.set_default_navigation_timeout(HANG_MS)
+        return context
+
+    def page_waiting(**options):
+        page = new_page(**options)
+        page.set_default_timeout(HANG_MS)
+        page.set_default_navigation_timeout(HANG_MS)
+        return page
+
+    browser.new_context, browser.new_page = context_waiting, page_waiting
+    return browser
 
 
 def free_port() -> int:

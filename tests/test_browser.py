@@ -2,7 +2,6 @@
 
 import contextlib
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -12,21 +11,11 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import expect
 
+# shared with the browser test modules, which import them from here
+from tests.app_process import CHROMIUM, CHROMIUM_ARGS, HANG_MS, HANG_S, launch  # noqa: F401
+
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "test-artifacts"
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-
-HANG_MS = 300_000  # a bound on a hang, never a speed test: every wait ends as soon as what it waits for is there
-HANG_S = HANG_MS / 1000
 
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (.ci/run installs it)")
 
@@ -98,7 +87,7 @@ def browser():
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        browser = launch(playwright)
         ARTIFACTS.mkdir(exist_ok=True)
         yield browser
         browser.close()

@@ -19,7 +19,7 @@ from lib.usage import costs, readable
 from lib.usage.pricing import Prices
 from lib.web import ui
 from tests.faults import Faults
-from tests.test_browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, HANG_MS, HANG_S, serve_app
+from tests.test_browser import ARTIFACTS, CHROMIUM, HANG_MS, HANG_S, launch, serve_app
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
 DEV = "dev@localhost"
@@ -329,7 +329,7 @@ def test_in_chromium_an_admin_reads_the_page_and_downloads_a_ledger_with_a_hosti
         timeout=HANG_S,
     )
     with serve_app(tmp_path, CHAT_ADMINS=DEV) as url, sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        browser = launch(playwright)
         page = browser.new_context(viewport={"width": 1400, "height": 1000}, accept_downloads=True).new_page()
         page.goto(f"{url}/cost")
         page.get_by_text("Model (estimate)").wait_for(timeout=HANG_MS)

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from tests.app_process import CHROMIUM, CHROMIUM_ARGS, ROOT, listening_addresses, start_app
+from tests.app_process import CHROMIUM, ROOT, launch, listening_addresses, start_app
 from tests.deploy_helpers import load_template
 
 # ECS waits this long after SIGTERM before it kills the container (the template's StopTimeout).
@@ -58,7 +58,7 @@ def one_turn(url: str) -> None:
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        browser = launch(playwright)
         page = browser.new_page()
         page.goto(url)
         box = page.locator("[data-testid='stChatInput'] textarea")

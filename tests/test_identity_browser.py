@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.app_process import CHROMIUM, CHROMIUM_ARGS, start_app
+from tests.app_process import CHROMIUM, launch, start_app
 from tests.header_proxy import HeaderProxy
 
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (.ci/run installs it)")
@@ -31,7 +31,7 @@ def browser():
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        browser = launch(playwright)
         yield browser
         browser.close()
 

@@ -5,6 +5,7 @@ import pytest
 from lib.config import Settings
 from lib.context.cache import ContextCache, MemoryState
 from lib.context.engine import ContextEngine
+from lib.context.semantic_recall import FETCH_MAX
 from lib.model.models import DemoModel
 from lib.turn.turns import begin_turn
 
@@ -107,13 +108,14 @@ class TestRequestBudget:
         (read,) = [params for name, params in requests.calls if name == "BatchGetItem"]
         asked = next(iter(read["RequestItems"].values()))["Keys"]
         assert 0 < len(asked) < 45  # the hits the room can take, not the chat
-        context, names = ask("which port does the staging database use?")
-        assert names == ["SearchVectors"]  # the hits this session read are held: no second read
-        assert "5433" in context.prompt.system
+        assert len(asked) == FETCH_MAX  # these turns are longer than their snippets: the best 8 are read
+        cut = [s for s in context.sources if s.kind == "recalled" and s.excerpt]
+        assert len([s for s in context.sources if s.kind == "recalled"]) > FETCH_MAX and cut  # the rest: snippets
         context, names = ask("the staging database port again?")
         (read,) = [params for name, params in requests.calls if name == "BatchGetItem"] or [None]
-        again = len(next(iter(read["RequestItems"].values()))["Keys"]) if read else 0
-        assert again < len(asked) and "5433" in context.prompt.system  # only the hits not held yet
+        again = {k["sk"]["S"] for k in next(iter(read["RequestItems"].values()))["Keys"]} if read else set()
+        assert len(again) <= FETCH_MAX and "5433" in context.prompt.system
+        assert not again & {k["sk"]["S"] for k in asked}  # only the hits not held yet: nothing read twice
 
     def test_what_is_read_is_sized_by_the_budget_and_never_by_the_chats_length(self, indexed, store, requests):
         engine = indexed
@@ -140,8 +142,10 @@ class TestRequestBudget:
             return len(next(iter(read["RequestItems"].values()))["Keys"]), context
 
         small, context = keys_read(1000)
-        large, _ = keys_read(4000)
-        assert 0 < small < large <= 60  # of 80 turns: what 1,000 and 4,000 tokens can take
+        large, more = keys_read(4000)
+        assert small == large == FETCH_MAX  # at most 8 turns read (4 RRU) at any budget, of 80
+        sent = [len([s for s in c.sources if s.kind == "recalled"]) for c in (context, more)]
+        assert 0 < sent[0] < sent[1] <= 60  # what 1,000 and 4,000 tokens can take: the rest from the snippets
         assert "5433" in context.prompt.system
 
     def test_a_new_chats_first_question_and_a_chat_that_fits_search_nothing(self, indexed, store, requests):

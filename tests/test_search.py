@@ -20,7 +20,8 @@ from lib.search.indexer import Indexer, index_turn_after_save, reindex_user
 from lib.storage import keys
 from lib.storage.gateway import Gateway, from_item, to_item
 from lib.storage.memories import MemoryStore
-from lib.storage.vectors import VectorStore
+from lib.storage.records import DONE, Message
+from lib.storage.vectors import SNIPPET_CHARS, VectorStore, snippet_turn
 from lib.usage.ledger import Ledger
 from tests.fake_bedrock_embed import FakeBedrockEmbed
 
@@ -92,6 +93,42 @@ def test_a_saved_turn_gets_one_searchable_vector_item_idempotently(store, indexe
     )
     assert item["embed_model"] == "wordllama-l2_supercat-256" and len(item["embedding"]) == 256
     assert item["title"] == session.title and item["snippet"].startswith(FACTS[0][0])
+    # The snippet says where its question ends and that it is the whole turn: recall sends it without a read.
+    assert snippet_turn(item) == (FACTS[0][0], FACTS[0][1], True)
+
+
+@pytest.mark.parametrize(
+    "question, answer, whole",
+    [
+        ("Where is staging?", "In eu-west-1.", True),
+        ("Where is staging?", "In eu-west-1. " * 40, False),  # the answer past the snippet's bound
+        ("Where  is\nstaging?  " + "x" * 300, "Here.", False),  # the question past its 240 characters
+    ],
+)
+def test_a_snippet_tells_its_two_sides_and_whether_it_is_whole(question, answer, whole):
+    from lib.search.indexer import turn_vector
+
+    turn = Message("m-1", "s-1", "2026-01-01T00:00:00.000Z", question, "p", DONE, answer)
+    item = from_item(turn_vector("t", turn, "model", [0.0] * 4).item("u-1"))
+    q, a, told = snippet_turn(item)
+    assert told is whole and " ".join(question.split()).startswith(q) and " ".join(answer.split()).startswith(a)
+    if whole:  # the turn itself, its whitespace collapsed
+        assert (q, a) == (" ".join(question.split()), " ".join(answer.split()))
+    else:  # a start of it, shorter than the turn
+        assert len(q) + len(a) < len(" ".join(question.split())) + len(" ".join(answer.split()))
+    assert len(item["snippet"]) <= SNIPPET_CHARS
+
+
+def test_a_snippet_of_a_body_kept_as_an_object_or_of_an_older_item_is_never_taken_as_whole():
+    from lib.search.indexer import turn_vector
+    from lib.storage.objects import BodyRef
+
+    ref = BodyRef("users/u-1/bodies/s-1/m-1/output", 9000, "0" * 64)
+    turn = Message("m-1", "s-1", "2026-01-01T00:00:00.000Z", "Q?", "p", DONE, "the first 4 KB", output_ref=ref)
+    item = from_item(turn_vector("t", turn, "model", [0.0] * 4).item("u-1"))
+    assert snippet_turn(item)[2] is False  # the item holds only the body's start
+    assert snippet_turn({"snippet": "Q? — A."}) is None  # written before snippets said where the question ends
+    assert snippet_turn({"snippet": "Q? — A.", "snippet_q": 99, "snippet_whole": True}) is None  # out of range
 
 
 def test_a_failed_turn_has_no_vector_until_its_retry_is_answered(store, indexer, client, table):

@@ -79,7 +79,8 @@ def test_a_keyword_in_a_snippet_ranks_a_turn_the_session_does_not_hold_and_one_r
     store, client, table, meter, requests
 ):
     indexer = indexer_for(client, table, meter)
-    session, turns = long_chat(store, indexer, "u-1", 40, {5: ("The invoice code for Acme is ZX-4471.", "Noted.")})
+    long_answer = "Noted. " + "The code goes on every invoice line. " * 12  # longer than a snippet holds
+    session, turns = long_chat(store, indexer, "u-1", 40, {5: ("The invoice code for Acme is ZX-4471.", long_answer)})
     cache = ContextCache()
     cache.pool("u-1", session.session_id).add(turns[-10:])  # the page holds the newest ten
     requests.reset()
@@ -91,6 +92,52 @@ def test_a_keyword_in_a_snippet_ranks_a_turn_the_session_does_not_hold_and_one_r
     (read,) = [params for name, params in requests.calls if name == "BatchGetItem"]
     assert len(next(iter(read["RequestItems"].values()))["Keys"]) <= 5  # at most k, those not held
     assert turns[5].message_id in cache.pool("u-1", session.session_id).turns  # held from now on
+    assert not found[0].partial and found[0].message.output_body == turns[5].output_body
+
+
+def test_a_turn_its_snippet_holds_whole_is_sent_from_the_snippet_without_a_read(store, client, table, meter, requests):
+    indexer = indexer_for(client, table, meter)
+    fact = ("The invoice code for Acme is ZX-4471.", "Noted, ZX-4471 for Acme.")
+    session, turns = long_chat(store, indexer, "u-1", 40, {5: fact})
+    cache = ContextCache()
+    cache.pool("u-1", session.session_id).add(turns[-10:])
+    requests.reset()
+    found = HybridRecall(indexer, cache, fetch_for(client, table, meter)).recall(
+        "u-1", session.session_id, "what was the ZX-4471 code for?", 5, room=300
+    )
+    assert requests.names == ["SearchVectors"]  # the hit's snippet is the whole turn: nothing to read
+    best = found[0]
+    assert best.message.message_id == turns[5].message_id and not best.partial
+    assert (best.message.input_body, best.message.output_body) == fact
+    assert best.message.create_time == turns[5].create_time
+    assert turns[5].message_id not in cache.pool("u-1", session.session_id).turns  # a snippet is not held as a turn
+
+
+def test_past_the_turns_read_a_long_hit_is_sent_as_its_snippets_starts_marked_partial(
+    store, client, table, meter, requests
+):
+    from lib.context.semantic_recall import FETCH_MAX
+
+    indexer = indexer_for(client, table, meter)
+    long = [
+        (f"Filler question {i} about the weather.", f"Filler answer {i}: " + "cloudy and cold " * 30) for i in range(30)
+    ]
+    session, turns = chat(store, indexer, "u-1", long)  # every answer is longer than its snippet
+    requests.reset()
+    found = HybridRecall(indexer, ContextCache(), fetch_for(client, table, meter)).recall(
+        "u-1", session.session_id, "the weather filler answers?", 20, room=3000
+    )
+    (read,) = [params for name, params in requests.calls if name == "BatchGetItem"]
+    assert len(next(iter(read["RequestItems"].values()))["Keys"]) == FETCH_MAX
+    whole = {t.message_id: t for t in turns}
+    partial = [r for r in found if r.partial]
+    assert len(found) == 20 and len(partial) == 20 - FETCH_MAX
+    for r in partial:  # each side is the start of the stored one, the answer cut at the snippet's bound
+        turn = whole[r.message.message_id]
+        assert turn.input_body.startswith(r.message.input_body)
+        assert " ".join(turn.output_body.split()).startswith(r.message.output_body)
+        assert len(r.message.output_body) < len(" ".join(turn.output_body.split()))
+    assert all(whole[r.message.message_id] == r.message for r in found if not r.partial)  # those read: whole
 
 
 def test_a_month_the_question_names_ranks_the_turns_written_then_first(store, client, table, meter):

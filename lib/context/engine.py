@@ -6,8 +6,8 @@ Requests per question (the budget: at most 2 beyond what the page loaded, the sa
     a project's instructions 1 GetItem, once per browser session and project (a chat in a project only)
     semantic recall         1 SearchVectors when the table has the vector index (billed in bytes, not units),
                             none for the first question of a chat or while every earlier turn is loaded and fits
-    recalled older turns    at most 1 BatchGetItem of the best hits the session does not hold (as many as the
-                            budget can take, at most 32)
+    recalled older turns    at most 1 BatchGetItem of the best hits the session does not hold and whose snippet
+                            is not the whole turn (at most 8: 4 RRU under 4 KB a turn)
 Recall never Queries the chat's history. After the answer is saved (never before the first token): a summary,
 when due (1 PutItem, conditional), and 1 conditional PutItem per new memory.
 """

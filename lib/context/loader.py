@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 
 from lib import tokens
 from lib.context import memories as memory_rules
-from lib.context.recall import Recall, answered
+from lib.context.recall import Recall, RecalledTurn, answered
 from lib.context.relevance import distinctive, excerpt, weights
 from lib.context.summaries import EXTRACTIVE_HEADER
 from lib.model.models import Prompt
@@ -269,15 +269,17 @@ class SessionContextLoader:
             for n in (RECALL_TARGET_TURNS, RECALL_SHORT_TURNS)
         )
         cap = short
-        candidates = (
+        found = (
             []
             if earlier == 0 or fits
             else [
                 c
                 for c in self._recalled(user_id, session_id, question, frozenset(sent), limit, left, cap)
-                if before is None or c.message_id < before
+                if before is None or c.message.message_id < before
             ]
         )  # a Retry sees only what preceded its turn
+        partial = {r.message.message_id for r in found if r.partial}  # only its snippet's starts: sent as cut
+        candidates = [r.message for r in found]
         query = weights(
             set(tokens.terms(question)),
             [set(tokens.terms(f"{c.input_body} {c.output_body}")) for c in candidates] or [set()],
@@ -297,7 +299,7 @@ class SessionContextLoader:
                 text, cut = _turn_text(turn, min(most, avail - 12), query)
                 need = tokens.count(text) + 1 + header
                 if need <= room - spent:
-                    recalled.append((turn, text, cut))
+                    recalled.append((turn, text, cut or turn.message_id in partial))
                     spent += need
             return spent
 
@@ -320,11 +322,10 @@ class SessionContextLoader:
 
     def _recalled(
         self, user_id: str, session_id: str | None, question: str, exclude: frozenset[str], k: int, room: int, cap: int
-    ) -> list[Message]:
+    ) -> list[RecalledTurn]:
         if self.recall is None or session_id is None:
             return []
-        found = self.recall.recall(user_id, session_id, question, k, exclude=exclude, room=room, cap=cap)
-        return [r.message for r in found]
+        return self.recall.recall(user_id, session_id, question, k, exclude=exclude, room=room, cap=cap)
 
     @staticmethod
     def _assemble(

@@ -23,6 +23,7 @@ from lib.storage.records import DONE, Message
 class RecalledTurn:
     message: Message
     score: float
+    partial: bool = False  # the message holds only the starts of its question and answer (the index's snippet)
 
 
 class Recall(Protocol):

@@ -8,8 +8,10 @@ by the index's distance and by BM25 of the question's terms over its text (the s
 when held), and the two ranks are fused (reciprocal rank fusion, k = 10); a candidate written in a month or
 year the question names, or in the same sitting as one of the three best, ranks higher (the evidence is
 often the neighbour of what matched best). Then the best candidates, as many as the caller's token room
-can take (estimated from their snippets), are read in 1 BatchGetItem of those the session does not hold
-(eventually consistent, at most FETCH_MAX), and ranked again by keywords over their whole text.
+can take (estimated from their snippets), are made turns: a hit whose snippet holds the whole turn is sent
+from it (no read); of the others the session does not hold, the best FETCH_MAX are read in 1 BatchGetItem
+(eventually consistent: at most 4 RRU for turns under 4 KB), and the rest are sent as their snippet's two
+starts, marked as cut. All are ranked again by keywords over the text now known.
 
 So a question reads what it can send, never the chat's history: the same requests at turn 300 as at turn 3.
 Neither path may delay the first token: the local model's weights load in the background on first use, and
@@ -27,10 +29,12 @@ from lib import logs, tokens
 from lib.context.recall import KeywordRecall, PoolSource, Recall, RecalledTurn, answered
 from lib.context.relevance import bm25, dates_named, in_dates, ranks
 from lib.errors import ChatError
+from lib.storage.records import DONE, Message
+from lib.storage.vectors import snippet_turn
 
 RRF_K = 10  # flatter than the usual 60: a turn first in one order and absent from the other still ranks high
 TOP_K = 100  # SearchVectors' most
-FETCH_MAX = 32  # turns read per question at most: 1 BatchGetItem of at most 16 RRU (32 turns under 4 KB)
+FETCH_MAX = 8  # turns read per question at most: 1 BatchGetItem of at most 4 RRU (8 turns under 4 KB)
 SITTING_S = 30 * 60  # turns this close in time to one of the best are its neighbours
 NEIGHBOUR_BOOST = 0.3
 DATE_BOOST = 0.5
@@ -47,6 +51,8 @@ class _Candidate:
     held: bool
     semantic: int | None = None  # rank by the index's distance (1 = nearest)
     score: float = 0.0
+    snippet: Message | None = None  # the turn as its snippet tells it (None: the item does not say how)
+    whole: bool = False  # ... and that is the whole turn
 
 
 class HybridRecall:
@@ -90,20 +96,27 @@ class HybridRecall:
             chosen.append(candidate)
             need = tokens.count(candidate.text)
             spent += (need if cap is None else min(need, cap)) + TURN_OVERHEAD
-        missing = [c.message_id for c in chosen if not c.held][:FETCH_MAX]
+        missing = [c.message_id for c in chosen if not c.held and not c.whole][:FETCH_MAX]
         if missing and self._fetch is not None:
             try:
                 pool.add(self._fetch(user_id, session_id, missing))
             except ChatError as exc:  # throttled past retries: recall what is held, the question still goes
                 logs.warning("recall.fetch_failed", session_id=session_id, error_class=type(exc).__name__)
-        found = {c.message_id: pool.turns.get(c.message_id) for c in chosen}
-        kept = {i: c for i, c in enumerate(chosen) if found[c.message_id] is not None and answered(found[c.message_id])}
-        for c in kept.values():  # the whole text now: keywords ranked again over what was read
-            c.text, c.held = _text(found[c.message_id]), True
-        again = {c.message_id: c for c in kept.values()}
+        found: dict[
+            str, tuple[Message, bool]
+        ] = {}  # message id -> the turn, and whether it is only its snippet's starts
+        for c in chosen:
+            read = pool.turns.get(c.message_id)
+            if read is not None and answered(read):
+                found[c.message_id] = (read, False)
+            elif read is None and c.snippet is not None:  # a turn the session does not hold: what its snippet says
+                found[c.message_id] = (c.snippet, not c.whole)
+        again = {c.message_id: c for c in chosen if c.message_id in found}
+        for c in again.values():  # the text now known: keywords ranked again over it
+            c.text, c.held = _text(found[c.message_id][0]), True
         self._rank(again, query, dates_named(question))
         order = sorted(again.values(), key=lambda c: (-c.score, c.message_id))
-        return [RecalledTurn(found[c.message_id], c.score) for c in order]
+        return [RecalledTurn(found[c.message_id][0], c.score, partial=found[c.message_id][1]) for c in order]
 
     def _candidates(
         self, user_id: str, session_id: str, question: str, pool: Any, exclude: frozenset[str]
@@ -131,7 +144,14 @@ class HybridRecall:
             if held is not None and not answered(held):
                 continue  # a Retry in progress: the index still has the old answer's snippet
             text = _text(held) if held is not None else str(item.get("snippet", ""))
-            out[message_id] = _Candidate(message_id, str(item.get("create_time", "")), text, held is not None, rank)
+            candidate = _Candidate(message_id, str(item.get("create_time", "")), text, held is not None, rank)
+            told = snippet_turn(item)
+            if held is None and told is not None:
+                question_start, answer_start, candidate.whole = told
+                candidate.snippet = Message(
+                    message_id, session_id, candidate.time, question_start, "", DONE, answer_start
+                )
+            out[message_id] = candidate
         for turn in pool.ordered():  # the turns held: keyword candidates with their whole text
             if turn.message_id not in out and turn.message_id not in exclude and answered(turn):
                 out[turn.message_id] = _Candidate(turn.message_id, turn.create_time, _text(turn), True)

@@ -19,7 +19,7 @@ from lib.errors import ChatError
 from lib.search.embedders import Embedder
 from lib.storage import keys
 from lib.storage.records import DONE, Memory, Message
-from lib.storage.vectors import SNIPPET_CHARS, TurnVector, VectorStore
+from lib.storage.vectors import SNIPPET_CHARS, SNIPPET_SEPARATOR, TurnVector, VectorStore
 
 BATCH = 64  # turns embedded and written together by reindex and import
 
@@ -29,11 +29,31 @@ def turn_text(title: str, message: Message) -> str:
     return f"{title}\n{message.input_body}\n{message.output_body[:1500]}"
 
 
+SNIPPET_QUESTION_CHARS = 240
+
+
 def snippet(message: Message) -> str:
     """The bounded text a result shows: the question, then the answer's start."""
     question = " ".join(message.input_body.split())
     answer = " ".join(message.output_body.split())
-    return f"{question[:240]} — {answer}"[:SNIPPET_CHARS]
+    return f"{question[:SNIPPET_QUESTION_CHARS]}{SNIPPET_SEPARATOR}{answer}"[:SNIPPET_CHARS]
+
+
+def turn_vector(title: str, message: Message, model: str, vector: Sequence[float]) -> TurnVector:
+    """A turn's vector item: its snippet, where the snippet's question ends, and whether it is the whole turn (a
+    body kept in the object store is never whole here: the item holds only its start)."""
+    text = snippet(message)
+    question = " ".join(message.input_body.split())
+    whole = (
+        message.input_ref is None
+        and message.output_ref is None
+        and len(question) <= SNIPPET_QUESTION_CHARS
+        and len(question) + len(SNIPPET_SEPARATOR) + len(" ".join(message.output_body.split())) <= SNIPPET_CHARS
+    )
+    cut = min(len(question), SNIPPET_QUESTION_CHARS, len(text))
+    return TurnVector(
+        message.session_id, message.message_id, title, text, message.create_time, model, vector, cut or None, whole
+    )
 
 
 _CODE = re.compile(r"(`{1,3})(.*?)(?:\1|$)")  # a code span or fence (the snippet may cut it): shown as written
@@ -95,10 +115,7 @@ class Indexer:
         if not done:
             return []
         vectors = self.embed(user_id, [turn_text(title, m) for m in done])
-        return [
-            TurnVector(m.session_id, m.message_id, title, snippet(m), m.create_time, self.embedder.model, v)
-            for m, v in zip(done, vectors)
-        ]
+        return [turn_vector(title, m, self.embedder.model, v) for m, v in zip(done, vectors)]
 
     def index_turns(self, user_id: str, title: str, messages: Sequence[Message]) -> int:
         """Embed and write the finished ones of these turns of one chat (BatchWriteItem); returns how many."""

@@ -4,8 +4,10 @@ A turn's vector item (pk USER#<user_id>, sk VEC#<session_id>#<message_id>) is sm
 separate from the turn: the open-session Query is billed on whole items, so a vector on the
 turn item would grow every chat's first page. It carries `user_id` (the index's HASH: an item
 without it is written but never indexed, seed 004), `kind` "turn" (the inline filter), the
-session and message ids, a copy of the chat title, a bounded snippet for display, the turn's
-time, `embed_model` and `embedding`. A memory carries its vector on the memory item itself
+session and message ids, a copy of the chat title, a bounded snippet (the question, " — ", the
+answer's start), where its question ends (`snippet_q`) and whether it holds the whole turn
+(`snippet_whole`: recall then sends it without reading the turn), the turn's time, `embed_model`
+and `embedding`. A memory carries its vector on the memory item itself
 (kind "memory"): deleting the memory takes its vector out of the index with it, and an edit
 REMOVEs the vector (lib/storage/memories.py) until it is embedded again.
 
@@ -46,6 +48,8 @@ class TurnVector:
     create_time: str
     model: str
     vector: Sequence[float]
+    question_chars: int | None = None  # the snippet's question part (then " — ", then the answer's)
+    whole: bool = False  # the snippet is the whole turn (its whitespace collapsed)
 
     def item(self, user_id: str) -> dict[str, dict]:
         return to_item(
@@ -60,8 +64,23 @@ class TurnVector:
                 "create_time": self.create_time,
                 "embed_model": self.model,
                 "embedding": number_list(self.vector),
+                **({"snippet_q": self.question_chars, "snippet_whole": self.whole} if self.question_chars else {}),
             }
         )
+
+
+SNIPPET_SEPARATOR = " — "
+
+
+def snippet_turn(item: dict[str, Any]) -> tuple[str, str, bool] | None:
+    """(question, answer, whole) of a vector item's snippet, or None for an item that does not say where its
+    question ends (written before it did): `whole` when the snippet holds the turn, else each side's start."""
+    text, cut = str(item.get("snippet", "")), item.get("snippet_q")
+    if not isinstance(cut, (int, Decimal)) or not 0 < int(cut) <= len(text):
+        return None
+    cut = int(cut)
+    answer = text[cut + len(SNIPPET_SEPARATOR) :] if text[cut:].startswith(SNIPPET_SEPARATOR) else ""
+    return text[:cut], answer, item.get("snippet_whole") is True and bool(answer)
 
 
 @dataclass(frozen=True)

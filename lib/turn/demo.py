@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterator
 from lib.errors import ConfigError, ModelError
 from lib.model.models import DemoModel, Prompt, Reply
 from lib.model.prompts import system_prompt
-from lib.search.indexer import index_turn_after_save, indexable, snippet, turn_text
+from lib.search.indexer import index_turn_after_save, indexable, turn_text, turn_vector
 from lib.storage import keys
 from lib.storage.demo import DemoHistory, chat_items, turn_item
 from lib.storage.items import default_title
@@ -319,10 +319,7 @@ class Writer:
             return []
         embedded = self.indexer.embed(user, [turn_text(title, m) for title, m in done])
         model = self.indexer.embedder.model
-        return [
-            TurnVector(m.session_id, m.message_id, title, snippet(m), m.create_time, model, vector)
-            for (title, m), vector in zip(done, embedded)
-        ]
+        return [turn_vector(title, m, model, vector) for (title, m), vector in zip(done, embedded)]
 
     # --- the newest day: the chat page's verbs ------------------------------------------------------------------
     def live(self, chat: PlannedChat) -> None:

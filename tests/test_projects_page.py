@@ -3,7 +3,7 @@ project line and Move to project, Edit project, and "What the model saw"; names 
 
 import pytest
 
-from lib.web import project_view
+from lib.web import project_view, ui
 from tests.pages import DEV, button, new_browser, requests_made, send, services, settle, sidebar_titles
 
 IMAGE_NAME = "![x](https://evil.example/track.png) Q3"
@@ -70,6 +70,21 @@ class TestProjectsPage:
         assert IMAGE_NAME in picker.options  # a selectbox option is plain text, never Markdown
         (line,) = [c.value for c in at.caption if "Project:" in c.value]
         assert "![" not in line and "\\!\\[x\\]" in line  # escaped: shown as typed, no image is fetched
+
+    def test_a_long_title_is_cut_so_that_its_projects_name_stays_in_the_row(self):
+        store = services().store
+        made = store.projects.create(DEV, "Payments platform migration 2027")
+        title = "How should we plan the cut-over of the ledger service to the new cluster?"
+        store.create_session(DEV, title, system_prompt_id="default-v1", project_id=made.project_id)
+        at = opened(new_browser())
+        (label,) = sidebar_titles(at)
+        shown, project = label.split(" · :material/folder: ")
+        assert len(shown) + len(project) <= ui.ROW_CHARS  # both within what a row shows before its ellipsis
+        assert title.startswith(shown.removesuffix("…")) and shown.endswith("…")
+        assert "Payments platform migration 2027".startswith(project.removesuffix("…"))
+        # the whole title and project are in the row's tooltip
+        (row,) = [b for b in at.sidebar.button if b.label.replace("\\", "") == label]
+        assert "project Payments platform migration 2027" in row.help
 
     def test_choosing_a_project_lists_its_chats_with_one_query_and_new_chat_starts_in_it(self):
         store = services().store

@@ -275,15 +275,14 @@ def _move(svc, me, view: ChatView, adopt) -> None:
 def row_tag(svc, view: ChatView, row) -> str | None:
     """The project label of a row of "All chats": the name of the project the row's copy of project_id names, from
     the project list (read once per browser session, when the first labelled row is drawn: no request per row).
-    Escaped for a label; None for a chat in no project, or when the list cannot be read."""
+    As written (the caller escapes it); None for a chat in no project, or when the list cannot be read."""
     if view.project_id is not None or getattr(row, "project_id", None) is None:
         return None
     try:
         view.ensure_projects(svc.store)
     except ChatError:
         return None
-    name = view.project_name(row.project_id)
-    return plain_label(name) if name is not None else None
+    return view.project_name(row.project_id)
 
 
 def welcome_line(view: ChatView) -> None:

@@ -120,12 +120,13 @@ def sidebar(
                 st.caption(heading)
             tag = project_view.row_tag(svc, view, row)  # "All chats": the row's project, from the one list read
             chosen(
-                plain_label(row.title) + (f" · :material/folder: {tag}" if tag else ""),
+                row_label(row.title, tag),
                 row.session_id,
                 key=f"open-{row.session_id}",
                 type="primary" if pick is not None and row.session_id == view.open_id else "tertiary",
                 # the project again where a long title's ellipsis cannot hide it
-                help=f"Last message {relative_time(row.last_message_time)}" + (f" · project {tag}" if tag else ""),
+                help=f"Last message {relative_time(row.last_message_time)}"
+                + (f" · project {plain_label(tag)}" if tag else ""),
                 width="stretch",
             )
         cursor = view.project_cursor if view.project_id is not None else view.sidebar_cursor
@@ -154,6 +155,22 @@ def sidebar(
             st.caption(f"Keys: {shortcuts.HELP}")
         turn_view.watch_linked_turns()
         shortcuts.install()
+
+
+ROW_CHARS = 34  # about what a sidebar row shows before its ellipsis
+
+
+def row_label(title: str, project: str | None = None) -> str:
+    """A sidebar row's label, escaped: the title, and a project's name after it. With a project, the title is cut
+    first (then the name) so that both fit the row: an ellipsis the browser adds would hide the project."""
+    if not project:
+        return plain_label(title)
+    name = _clip(project, ROW_CHARS // 2)
+    return f"{plain_label(_clip(title, max(8, ROW_CHARS - len(name) - 3)))} · :material/folder: {plain_label(name)}"
+
+
+def _clip(text: str, most: int) -> str:
+    return text if len(text) <= most else text[: most - 1].rstrip() + "…"
 
 
 _ROOT = Path(__file__).resolve().parents[2]

@@ -116,6 +116,37 @@ class Failing(DemoModel):
         return Reply(self.name, broken())
 
 
+class TestTheSearchVectorFollowsTheShownVersion:
+    def test_a_new_version_that_fails_takes_the_turns_vector_out_of_the_index(self, client, table, meter, store):
+        """Recall sends a hit from its snippet without reading the turn: a vector of the old version must not stay
+        behind a turn whose shown version failed."""
+        from lib.search.embedders import LocalEmbedder
+        from lib.search.indexer import Indexer
+        from lib.storage import keys
+        from lib.storage.gateway import Gateway, to_item
+
+        LocalEmbedder._load()
+        model = Failing(None)
+        s = settings()
+        indexer = Indexer(Gateway(client, table, meter), LocalEmbedder())
+        engine = ContextEngine(client, table, meter, model, s, indexer=indexer)
+        chat = ChatService(s, store, model, None, engine, Generations(per_user=2))
+        first = done(chat, chat.ask(U, None, "Where is staging?", history=[], summary=None, cache=ContextCache()))
+
+        def vector_item():
+            key = to_item(keys.vector_key(U, first.session_id, first.message_id))
+            return client.get_item(TableName=table, Key=key, ConsistentRead=True).get("Item")
+
+        assert vector_item() is not None  # the answered turn is searchable
+        view = store.open_session(U, first.session_id)
+        model.after = 0  # the new version fails before its first chunk
+        again = chat.regenerate(
+            U, view.session, view.messages[0], history=view.messages, summary=None, cache=ContextCache()
+        )
+        assert done(chat, again).saved.status == FAILED
+        assert vector_item() is None  # its snippet was the first version's
+
+
 class TestTheWorkerOwnsNothingOfThePage:
     def test_memories_found_after_the_save_are_published_and_the_pages_cache_is_left_alone(self, chat):
         cache = ContextCache()

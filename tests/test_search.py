@@ -111,7 +111,8 @@ def test_a_snippet_tells_its_two_sides_and_whether_it_is_whole(question, answer,
     turn = Message("m-1", "s-1", "2026-01-01T00:00:00.000Z", question, "p", DONE, answer)
     item = from_item(turn_vector("t", turn, "model", [0.0] * 4).item("u-1"))
     q, a, told = snippet_turn(item)
-    assert told is whole and " ".join(question.split()).startswith(q) and " ".join(answer.split()).startswith(a)
+    assert told is whole and " ".join(question.split()).startswith(q.removesuffix(" …"))
+    assert " ".join(answer.split()).startswith(a.removesuffix(" …"))
     if whole:  # the turn itself, its whitespace collapsed
         assert (q, a) == (" ".join(question.split()), " ".join(answer.split()))
     else:  # a start of it, shorter than the turn
@@ -127,8 +128,28 @@ def test_a_snippet_of_a_body_kept_as_an_object_or_of_an_older_item_is_never_take
     turn = Message("m-1", "s-1", "2026-01-01T00:00:00.000Z", "Q?", "p", DONE, "the first 4 KB", output_ref=ref)
     item = from_item(turn_vector("t", turn, "model", [0.0] * 4).item("u-1"))
     assert snippet_turn(item)[2] is False  # the item holds only the body's start
-    assert snippet_turn({"snippet": "Q? — A."}) is None  # written before snippets said where the question ends
+    # An item written before snippets said where the question ends: split at its first separator, never whole.
+    assert snippet_turn({"snippet": "Q? — A.", "snippet_whole": True}) == ("Q?", "A.", False)
     assert snippet_turn({"snippet": "Q? — A.", "snippet_q": 99, "snippet_whole": True}) is None  # out of range
+    assert snippet_turn({"snippet": "Q?— A.", "snippet_q": 2}) is None  # the separator is not where it says
+    assert snippet_turn({"snippet": "Q? — ", "snippet_q": 2}) is None  # no answer: never sent as a turn
+
+
+def test_text_whose_line_breaks_carry_meaning_is_never_taken_as_whole_from_its_snippet():
+    from lib.search.indexer import turn_vector
+
+    code = "```python\nif ready:\n    start()\n```"
+    turn = Message("m-1", "s-1", "2026-01-01T00:00:00.000Z", "How do I start it?", "p", DONE, code)
+    item = from_item(turn_vector("t", turn, "model", [0.0] * 4).item("u-1"))
+    assert snippet_turn(item)[2] is False  # the snippet collapses the indentation: recall reads the turn
+
+
+def test_a_cut_sides_end_is_marked_so_the_model_knows_it_was_cut():
+    from lib.search.indexer import turn_vector
+
+    turn = Message("m-1", "s-1", "2026-01-01T00:00:00.000Z", "Q " * 200, "p", DONE, "answer " * 100)
+    q, a, whole = snippet_turn(from_item(turn_vector("t", turn, "model", [0.0] * 4).item("u-1")))
+    assert not whole and q.endswith(" …") and a.endswith(" …")
 
 
 def test_a_failed_turn_has_no_vector_until_its_retry_is_answered(store, indexer, client, table):

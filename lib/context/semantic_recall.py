@@ -97,19 +97,20 @@ class HybridRecall:
             need = tokens.count(candidate.text)
             spent += (need if cap is None else min(need, cap)) + TURN_OVERHEAD
         missing = [c.message_id for c in chosen if not c.held and not c.whole][:FETCH_MAX]
+        read = set()  # asked for and answered: a turn not returned is gone, not sent from its snippet
         if missing and self._fetch is not None:
             try:
                 pool.add(self._fetch(user_id, session_id, missing))
-            except ChatError as exc:  # throttled past retries: recall what is held, the question still goes
+                read = set(missing)
+            except ChatError as exc:  # throttled past retries: recall what is held or told, the question still goes
                 logs.warning("recall.fetch_failed", session_id=session_id, error_class=type(exc).__name__)
-        found: dict[
-            str, tuple[Message, bool]
-        ] = {}  # message id -> the turn, and whether it is only its snippet's starts
+        # message id -> the turn, and whether it is only its snippet's starts
+        found: dict[str, tuple[Message, bool]] = {}
         for c in chosen:
-            read = pool.turns.get(c.message_id)
-            if read is not None and answered(read):
-                found[c.message_id] = (read, False)
-            elif read is None and c.snippet is not None:  # a turn the session does not hold: what its snippet says
+            turn = pool.turns.get(c.message_id)
+            if turn is not None and answered(turn):
+                found[c.message_id] = (turn, False)
+            elif turn is None and c.snippet is not None and c.message_id not in read:  # not held: what its snippet says
                 found[c.message_id] = (c.snippet, not c.whole)
         again = {c.message_id: c for c in chosen if c.message_id in found}
         for c in again.values():  # the text now known: keywords ranked again over it

@@ -19,7 +19,7 @@ from lib.errors import ChatError
 from lib.search.embedders import Embedder
 from lib.storage import keys
 from lib.storage.records import DONE, Memory, Message
-from lib.storage.vectors import SNIPPET_CHARS, SNIPPET_SEPARATOR, TurnVector, VectorStore
+from lib.storage.vectors import SNIPPET_CHARS, SNIPPET_QUESTION_CHARS, SNIPPET_SEPARATOR, TurnVector, VectorStore
 
 BATCH = 64  # turns embedded and written together by reindex and import
 
@@ -27,9 +27,6 @@ BATCH = 64  # turns embedded and written together by reindex and import
 def turn_text(title: str, message: Message) -> str:
     """What a turn's vector stands for: the chat's title, the question, the start of the answer."""
     return f"{title}\n{message.input_body}\n{message.output_body[:1500]}"
-
-
-SNIPPET_QUESTION_CHARS = 240
 
 
 def snippet(message: Message) -> str:
@@ -40,13 +37,16 @@ def snippet(message: Message) -> str:
 
 
 def turn_vector(title: str, message: Message, model: str, vector: Sequence[float]) -> TurnVector:
-    """A turn's vector item: its snippet, where the snippet's question ends, and whether it is the whole turn (a
-    body kept in the object store is never whole here: the item holds only its start)."""
+    """A turn's vector item: its snippet, where the snippet's question ends, and whether it is the whole turn: not
+    for a body kept in the object store (the item holds only its start), nor for text whose line breaks or runs of
+    spaces the snippet collapses (code, lists: they carry meaning)."""
     text = snippet(message)
     question = " ".join(message.input_body.split())
     whole = (
         message.input_ref is None
         and message.output_ref is None
+        and question == message.input_body.strip()
+        and " ".join(message.output_body.split()) == message.output_body.strip()
         and len(question) <= SNIPPET_QUESTION_CHARS
         and len(question) + len(SNIPPET_SEPARATOR) + len(" ".join(message.output_body.split())) <= SNIPPET_CHARS
     )

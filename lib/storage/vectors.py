@@ -31,6 +31,7 @@ from lib.storage.schema import VECTOR_INDEX
 
 TURN, MEMORY = "turn", "memory"
 SNIPPET_CHARS = 400  # the stored snippet: what a result shows, bounded so a vector item stays small
+SNIPPET_QUESTION_CHARS = 240  # ... of which the question's part at most
 TITLE_CHARS = 120
 
 
@@ -73,14 +74,25 @@ SNIPPET_SEPARATOR = " — "
 
 
 def snippet_turn(item: dict[str, Any]) -> tuple[str, str, bool] | None:
-    """(question, answer, whole) of a vector item's snippet, or None for an item that does not say where its
-    question ends (written before it did): `whole` when the snippet holds the turn, else each side's start."""
+    """(question, answer, whole) of a vector item's snippet: `whole` when the snippet is the turn itself, else
+    the two sides' starts, each cut one ended with " …". An item written before snippets said where their question
+    ends is split at its first separator (never whole); None when the snippet cannot be split into two sides."""
     text, cut = str(item.get("snippet", "")), item.get("snippet_q")
-    if not isinstance(cut, (int, Decimal)) or not 0 < int(cut) <= len(text):
+    if cut is None:
+        cut = text.find(SNIPPET_SEPARATOR)
+    elif not isinstance(cut, (int, Decimal)):
         return None
     cut = int(cut)
-    answer = text[cut + len(SNIPPET_SEPARATOR) :] if text[cut:].startswith(SNIPPET_SEPARATOR) else ""
-    return text[:cut], answer, item.get("snippet_whole") is True and bool(answer)
+    if cut <= 0 or not text[cut:].startswith(SNIPPET_SEPARATOR) or len(text) <= cut + len(SNIPPET_SEPARATOR):
+        return None
+    question, answer = text[:cut], text[cut + len(SNIPPET_SEPARATOR) :]
+    if "snippet_q" in item and item.get("snippet_whole") is True:
+        return question, answer, True
+    if cut >= SNIPPET_QUESTION_CHARS:
+        question += " …"
+    if len(text) >= SNIPPET_CHARS:
+        answer += " …"
+    return question, answer, False
 
 
 @dataclass(frozen=True)
@@ -112,6 +124,12 @@ class VectorStore:
         """Put (or replace: the same key on a Retry) one turn's vector item."""
         with self._db.action("index", user_id):
             self._db.call("put_item", Item=turn.item(user_id))
+
+    def delete_turn(self, user_id: str, session_id: str, message_id: str) -> None:
+        """Take one turn's vector item out of the index (a turn whose selected version has no answer now: the item
+        would still show, and recall would send, the version it was made from)."""
+        with self._db.action("index", user_id):
+            self._db.call("delete_item", Key=to_item(keys.vector_key(user_id, session_id, message_id)))
 
     def put_turns(self, user_id: str, turns: Sequence[TurnVector]) -> int:
         """Many at once (reindex, import): BatchWriteItem, 25 a request."""

@@ -41,7 +41,7 @@ from lib.errors import BodyUnavailable, BranchNotAsked, ChatError, EmptyQuestion
 from lib.model.catalog import Catalog, ModelChoice
 from lib.model.models import ChatModel
 from lib.model.prompts import system_prompt
-from lib.search.indexer import index_turn_after_save
+from lib.search.indexer import index_turn_after_save, indexable
 from lib.storage.attachments import Attachment
 from lib.storage.records import DONE, Message, Session, Summary
 from lib.storage.store import ChatStore
@@ -401,8 +401,10 @@ class ChatService:
             live.publish_summary(outcome.summary, version)
         indexer = engine.indexer
         title = (live.renamed or handoff.session).title
-        if indexer is not None:
+        if indexer is not None and indexable(saved):
             quietly("index", lambda: index_turn_after_save(indexer, user, title, saved))  # for Search
+        elif indexer is not None and saved.versions > 1:  # a new version failed: the vector is an older version's
+            quietly("index", lambda: indexer.vectors.delete_turn(user, saved.session_id, saved.message_id))
         added = quietly(
             "memories", lambda: engine.extract_memories_after_save(handoff.memories, user, saved, typed=handoff.typed)
         )

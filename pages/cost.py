@@ -34,9 +34,7 @@ def load_buckets(table: str, days: tuple[str, ...], user: str | None, reader: st
 ui.sidebar(svc, me, ui.chat_view(me.user_id))  # your chats and New chat, as on the chat page
 st.title("Usage & cost", anchor=False)
 st.caption(
-    "Everyone's usage (you are an admin)."
-    if is_admin
-    else f"Your own usage ({me.display}). Admins listed in CHAT_ADMINS see everyone's."
+    "Everyone's usage (you are an admin)." if is_admin else f"Your own usage ({me.display}). Admins see everyone's."
 )
 
 limits_view.usage_panel(svc, me)  # your own spend today and this month, against your limits (docs/limits.md)
@@ -93,9 +91,9 @@ with ui.errors_shown():
     )
     if "demo" in head.estimated:
         st.caption(
-            f"**Demo model: the model figures are an estimate.** Its tokens are free; priced as "
-            f"{head.estimated['demo']} they would cost {money(head.model_cost)}, and DynamoDB would be "
-            f"{percent(head.dynamodb_share)} of the total."
+            f"**The offline demo model is free: the model figures are what the same usage would cost on "
+            f"{head.estimated['demo']}** ({money(head.model_cost)}; DynamoDB would then be "
+            f"{percent(head.dynamodb_share)} of the total)."
         )
     if head.unknown_models:
         st.warning(
@@ -103,7 +101,9 @@ with ui.errors_shown():
             "Add them to CHAT_MODEL_PRICES.",
             icon=":material/help:",
         )
-    if head.vector_write_bytes or head.vector_search_bytes:
+    # How each figure is made (the vector index's bytes, the object store, how units are measured, the design's
+    # reference) is an operator's concern: said to admins, not to everyone looking at their own usage.
+    if is_admin and (head.vector_write_bytes or head.vector_search_bytes):
         vector_price = (
             "price unknown: set CHAT_PRICE_VECTOR_WRITE_PER_GB and CHAT_PRICE_VECTOR_SEARCH_PER_GB"
             if head.vector_cost != head.vector_cost
@@ -113,24 +113,24 @@ with ui.errors_shown():
             f"Vector search is billed in bytes: {number(head.vector_write_bytes)} bytes written to the vector "
             f"index, {number(head.vector_search_bytes)} bytes searched ({vector_price})."
         )
-    if head.object_requests:
+    if is_admin and head.object_requests:
         st.caption(
             f"Long questions and answers are kept in the object store: {number(head.object_requests)} requests, "
             f"{number(head.object_bytes)} bytes written, {money(head.object_cost)} with a month of storage (in "
             "the per-turn figure; prices: CHAT_PRICE_BUCKET_PUT_PER_K, _GET_PER_K, _GB_MONTH)."
         )
-    if head.dynamodb_requests and head.service_share == 0:
+    if is_admin and head.dynamodb_requests and head.service_share == 0:
         st.caption(
             "DynamoDB units are modeled from DynamoDB's published sizing rules: this backend "
             f"({svc.database.where}) reports no trustworthy consumed capacity."
         )
-    elif head.dynamodb_requests:
+    elif is_admin and head.dynamodb_requests:
         st.caption(
             f"{head.service_share:.0%} of DynamoDB requests carry the service's own consumed capacity; "
             "the rest (failed conditional writes, cancelled transactions) are modeled."
         )
 
-    projection = costs.projection(buckets, prices)
+    projection = costs.projection(buckets, prices) if is_admin else None
     if projection is not None:
         model_part = (
             "the model's price unknown"

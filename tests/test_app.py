@@ -1,5 +1,7 @@
 """The chat page through Streamlit's AppTest, on a real table of the embedded DynamoDB."""
 
+import re
+
 import pytest
 from streamlit.testing.v1 import AppTest
 
@@ -117,6 +119,7 @@ class TestChatFlow:
     def test_feedback_is_stored_and_shown_again_on_reopen(self):
         at = send(new_browser(), "rate me")
         at.feedback[0].set_value(1).run()
+        assert [t.value for t in at.toast] == ["Rating saved."]  # said, since the thumbs' own change is faint
         session_id = services().store.list_sessions(DEV).items[0].session_id
         assert services().store.open_session(DEV, session_id).messages[0].feedback == 1
         again = new_browser(session=session_id)
@@ -230,6 +233,9 @@ class TestDemoHistory:
         assert not at.exception
         assert len(sidebar_titles(at)) >= 10  # the seed gives the dev user a dozen or more chats
         assert not [b for b in at.button if b.label == "Load demo history"]
+        (said,) = [t.value for t in at.toast if t.value.startswith("Demo history loaded")]  # it says it is done
+        written = re.search(r"loaded: ([\d,]+) chats", said)
+        assert written and int(written[1].replace(",", "")) >= len(sidebar_titles(at))  # theirs and colleagues'
 
 
 class TestStartUpErrors:

@@ -173,7 +173,8 @@ def test_q_fills_the_box(svc):
     assert at.text_input[0].value == "ingress timeouts" and len(links(at)) == 1
 
 
-def test_the_cost_page_shows_vector_bytes_with_their_price_unknown(svc):
+def test_the_cost_page_shows_admins_vector_bytes_with_their_price_unknown(svc, monkeypatch):
+    monkeypatch.setenv("CHAT_ADMINS", DEV)  # how the figures are made is said to admins
     chat(svc, DEV, "How do we rotate the database password?", "Use the secrets manager rotation.")
     search_page("rotate password")
     svc.ledger.flush(final=True)  # the page's own process reads the stored ledger

@@ -41,6 +41,7 @@ MAX_TURN_PAGES = 25  # pages of 20 turns paged back to find a linked turn
 _TURN_ID = re.compile(r"[0-9A-HJKMNP-TV-Z]{26}")  # a ULID
 UNSENT_REASON = "unsent_reason"  # why the question in the 'not sent' box was refused
 TYPE_AHEAD = "type_ahead"  # set when a question was refused because this chat's answer is still coming
+DEMO_LOADED = "demo_loaded"  # chats the demo history wrote, said in a toast by the run after it
 
 
 class ChatPage(LiveTurns, Steering):
@@ -416,6 +417,8 @@ class ChatPage(LiveTurns, Steering):
                 written = self.chat.set_feedback(self.me.user_id, m, value)
                 self.view.saved(written.value)
                 self._adopt(m.session_id, written.version)
+                # the thumbs' own change is faint: say that the rating was kept
+                st.toast("Rating saved." if value is not None else "Rating removed.", icon=":material/check:")
 
     # --- a turn, answered by a worker -----------------------------------------------------------------
     def ask(self, question: str, *, typed: bool = True, files: list[tuple[str, bytes]] | None = None) -> None:
@@ -528,7 +531,10 @@ class ChatPage(LiveTurns, Steering):
                     from lib.turn.demo import seed_demo  # imported on the click: most pages never need it
 
                     bar = st.progress(0.0, text="Writing demo chats…")
-                    seed_demo(self.svc, user=self.me.user_id, progress=lambda done, text: bar.progress(done, text=text))
+                    written = seed_demo(
+                        self.svc, user=self.me.user_id, progress=lambda done, text: bar.progress(done, text=text)
+                    )
+                    st.session_state[DEMO_LOADED] = written["sessions"]  # said once the page has its new sidebar
                     self.view.sidebar = None  # read the new sidebar on the rerun
                     st.rerun()
 
@@ -544,6 +550,9 @@ class ChatPage(LiveTurns, Steering):
 
     def _composer(self) -> None:
         suggested, self.suggested = self.suggested, None  # a suggestion is sent once, by the run that clicked it
+        loaded = st.session_state.pop(DEMO_LOADED, None)
+        if loaded is not None:
+            st.toast(f"Demo history loaded: {loaded:,} chats, yours and the demo colleagues'.", icon=":material/check:")
         refused = st.session_state.pop(TYPE_AHEAD, False)
         if refused:
             st.info(

@@ -106,7 +106,7 @@ class FailingS3(http.server.ThreadingHTTPServer):
                 if length:
                     self.rfile.read(length)
                 if outer.silent:
-                    outer.release.wait(30)  # until the test ends: the client's deadline must end it first
+                    outer.release.wait(300)  # until the test ends: the client's deadline must end it first
                     return
                 body = (
                     f'<?xml version="1.0" encoding="UTF-8"?><Error><Code>{outer.code}</Code>'

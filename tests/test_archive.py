@@ -534,10 +534,10 @@ class TestRestoreWhileArchiving:
             if threading.current_thread() is archiver:
                 if step == "mark":  # meta marked, every item still there: let the open's Puts run now
                     marked.set()
-                    assert restored_puts.wait(30)
+                    assert restored_puts.wait(300)
             elif step == "put":  # the open put back (nothing: every item exists) and has not cleared the mark
                 restored_puts.set()
-                assert archived.wait(30)  # the archive's step 4 runs here
+                assert archived.wait(300)  # the archive's step 4 runs here
 
         def archive():
             try:
@@ -550,7 +550,7 @@ class TestRestoreWhileArchiving:
         monkeypatch.setattr(archive_module, "after_step", hook)
         archiver = threading.Thread(target=archive)
         archiver.start()
-        assert marked.wait(30)
+        assert marked.wait(300)
         view = cold.open_session(ALICE, session_id)
         archiver.join()
         assert errors == []

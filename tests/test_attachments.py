@@ -134,7 +134,7 @@ def service(client, table, meter, store, model=None, **extra) -> ChatService:
 
 def ask(chat, files, question="What is in these files?", session=None, history=()):
     sent = chat.ask(ALICE, session, question, history=list(history), summary=None, cache=ContextCache(), files=files)
-    assert sent.live.wait(30), "the worker did not finish"
+    assert sent.live.wait(300), "the worker did not finish"
     return sent
 
 
@@ -451,7 +451,7 @@ class TestTheModel:
         again = chat.regenerate(
             ALICE, view.session, view.messages[0], history=view.messages, summary=None, cache=ContextCache()
         )
-        assert again.live.wait(30)
+        assert again.live.wait(300)
         assert calls.names[:2] == ["GetObject", "GetObject"]  # a.md's bytes, spec.pdf's extracted text
         said = again.live.saved.output_body
         assert "“a.md” (text, 5 characters of text); “spec.pdf” (pdf, 4 characters of text)" in said

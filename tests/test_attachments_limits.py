@@ -121,7 +121,7 @@ class TestStoredMediaTypes:
             ALICE, None, "q", history=[], summary=None, cache=ContextCache(),
             files=[("a.txt", b"hi"), ("p.png", png()), ("d.pdf", make_pdf(("Doc",)))],
         )  # fmt: skip
-        assert sent.live.wait(30)
+        assert sent.live.wait(300)
         s3_client, name = bucket
         stored = {}
         for a in sent.message.attachments:

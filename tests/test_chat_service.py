@@ -42,7 +42,7 @@ def chat(client, table, meter, store):
 
 
 def done(chat: ChatService, sent) -> LiveAnswer:
-    assert sent.live.wait(30), "the worker did not finish"
+    assert sent.live.wait(300), "the worker did not finish"
     return sent.live
 
 
@@ -359,12 +359,12 @@ class TestOneAnswerAtATime:
         def hold_the_save(model, **_):  # the worker's finish waits here: its stream has ended, not its save
             if model.name == "UpdateItem" and not gate.is_set():
                 saving.set()
-                gate.wait(30)
+                gate.wait(300)
 
         client.meta.events.register("before-call.dynamodb", hold_the_save)
         try:
             first = chat.ask(U, None, "hello", history=[], summary=None, cache=ContextCache())
-            assert saving.wait(30)
+            assert saving.wait(300)
             threading.Timer(0.2, gate.set).start()
             view = store.get_session(U, first.session.session_id)
             second = chat.ask(U, view, "and now?", history=[first.message], summary=None, cache=ContextCache())

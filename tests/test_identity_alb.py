@@ -78,7 +78,7 @@ class KeyServer:
             def do_GET(self):  # noqa: N802
                 owner.hits.append(self.path)
                 if owner.hang.is_set():
-                    owner.release.wait(30)
+                    owner.release.wait(300)
                     owner.hung_up.set()
                     return
                 key = owner.keys.get(self.path.lstrip("/"))

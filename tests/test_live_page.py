@@ -77,4 +77,4 @@ class TestFollowing:
         assert "You already have 1 answer being written" in at.error[0].value
         assert at.text_area[0].value == "one too many"
         assert [s.session_id for s in services().store.list_sessions(DEV).items] == [live.session_id]
-        assert live.wait(30)
+        assert live.wait(300)

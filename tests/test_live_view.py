@@ -5,7 +5,7 @@ import dataclasses
 
 from lib.storage.records import DONE, FAILED, Message
 from lib.turn.live import SAVING, LiveAnswer
-from lib.web.live_view import POLL_S, YIELD_S, Followed, follow
+from lib.web.live_view import FIRST_TEXT_HOLD_S, POLL_S, YIELD_S, Followed, follow
 from lib.web.stream_render import render_markdown
 from tests.long_answers import long_answer
 from tests.test_stream_render import Recorder, Slot
@@ -229,3 +229,21 @@ def test_a_page_waiting_for_a_first_text_lets_go_after_its_wait_and_keeps_what_i
     live.finish(saved("Hello"))
     follow([item], beat=Slot(), clock=clock, sleep=clock.sleep)  # the rest of the page follows it on
     assert item.ended is live and item.in_place
+
+
+def test_a_page_waiting_for_a_first_text_holds_it_until_the_next_words_are_drawn():
+    """A send's page lets go of its answer FIRST_TEXT_HOLD_S after the first words, not at them: the words that
+    follow at once are drawn (the renderer's next redraw) before the page sends the turns above again."""
+    live = LiveAnswer("u", "s1", MESSAGE.message_id)
+    live.append("Let's ")  # the first chunk is there at the first read
+
+    def worker(now):
+        if now >= 0.05 and len(live.text) == len("Let's "):
+            live.append("break this down.")
+
+    item = followed(live, YIELD_S)
+    clock = Clock(worker)
+    follow([item], beat=Slot(), clock=clock, sleep=clock.sleep, first_text=1.0)
+    assert item.ended is None and not item.gone  # still being written: the page follows it on after the turns
+    assert FIRST_TEXT_HOLD_S <= clock.now < FIRST_TEXT_HOLD_S + 2 * YIELD_S  # held, then let go, before the 1 s
+    assert item.body.shown() == [("markdown", "Let's break this down.", None)]  # the next words drawn too

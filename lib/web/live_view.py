@@ -29,6 +29,10 @@ POLL_S = 0.25  # how often a following page reads the hot tier's copy (a Redis r
 WATCH_S = 2.0  # how often an open chat asks whether it changed elsewhere
 STREAMING_LINE, STOPPING_LINE, SAVING_LINE = "streaming", "stopping", "saving"
 FIRST_TEXT_WAIT_S = 1.0  # a send's page waits this long at most for the answer's first text before drawing the rest
+# ...and follows it this much longer once its first words are drawn: the browser shows the new question and the
+# answer's first words (and the renderer's next redraw) before the turns above are sent again, which it would
+# otherwise lay out first, in one go, at a cost that grows with the turns on screen. Just past MIN_REDRAW_S.
+FIRST_TEXT_HOLD_S = 0.3
 
 
 @dataclass
@@ -47,6 +51,7 @@ class Followed:
     ended: Any = None  # the answer once saved (its `saved` is the turn)
     gone: bool = False  # the source lost it (the hot tier flushed or down): the page reruns and asks DynamoDB
     in_place: bool = False  # the final text extends what was drawn: the page can finish it without a rerun
+    first_at: float | None = None  # when this run drew the answer's first text (see FIRST_TEXT_HOLD_S)
 
 
 def place(m: Message, source: Callable[[], Any], live: Any, stop: Callable[[str], object], *, remote: bool) -> Followed:
@@ -98,12 +103,12 @@ def follow(
     first_text: float | None = None,
 ) -> None:
     """Follow every placed answer until each is saved or gone, handing each to `ended` as soon as it is
-        (the page finishes it there, while the others are still followed). With `first_text`, an answer is let go
-        once its first text is drawn, or after `first_text` seconds without any (a slow model): the page draws the rest
-    of itself, then follows it on.
+    (the page finishes it there, while the others are still followed). With `first_text`, an answer is let go
+    FIRST_TEXT_HOLD_S after its first text is drawn, or after `first_text` seconds without any (a slow model): the
+    page draws the rest of itself, then follows it on.
 
-        Between reads the run makes a Streamlit call every YIELD_S (an empty placeholder, a few bytes): that
-        is where Streamlit stops it for a click, so Stop and navigation answer within a tenth of a second."""
+    Between reads the run makes a Streamlit call every YIELD_S (an empty placeholder, a few bytes): that
+    is where Streamlit stops it for a click, so Stop and navigation answer within a tenth of a second."""
     beat = st.empty() if beat is None else beat
     for f in items:
         if f.paced is None:  # followed before (up to its first text): it goes on from what it drew
@@ -117,10 +122,12 @@ def follow(
             if clock() >= f.read_at:
                 f.read_at = clock() + f.every
                 drew |= _read(f)
+                if f.first_at is None and len(f.paced):
+                    f.first_at = clock()
                 if f.ended is not None or f.gone:
                     waiting.remove(f)
                     ended(f)
-                elif until is not None and (len(f.paced) or clock() >= until):
+                elif until is not None and clock() >= min(until, _held(f)):
                     waiting.remove(f)
         if not drew:
             beat.empty()
@@ -134,6 +141,11 @@ def follow(
                     f.read_at = min(f.read_at, clock())
             elif local is None:
                 sleep(YIELD_S)
+
+
+def _held(f: Followed) -> float:
+    """When a send's page stops holding for `f`'s first words (never, while it has drawn none)."""
+    return f.first_at + FIRST_TEXT_HOLD_S if f.first_at is not None else float("inf")
 
 
 def _read(f: Followed) -> bool:
@@ -154,7 +166,9 @@ def _read(f: Followed) -> bool:
         return True
     _status(f, live)
     text = live.text
-    return f.paced.add(text[len(f.paced) :]) if len(text) > len(f.paced) else False
+    # Called with nothing new too: words that arrived before the renderer's next redraw was due are drawn when it
+    # is, not only when more arrive (a model that pauses would leave them undrawn meanwhile).
+    return f.paced.add(text[len(f.paced) :])
 
 
 def watch_changes(

@@ -380,3 +380,24 @@ class TestMemoriesEarnTheirTokens:
         context = self.load(self.memories(30), "what about topic7 and topic12?")
         assert [s.id for s in context.sources if s.kind == "memory"] == ["m007", "m012"]
         assert [s for s in self.load(self.memories(30), "hello there").sources if s.kind == "memory"] == []
+
+
+class TestEarlierFiles:
+    def test_the_note_says_files_attached_to_earlier_questions_were_not_sent_again(self):
+        from lib.storage.attachments import Attachment
+        from lib.storage.objects import BodyRef
+
+        ref = BodyRef("users/u/files/s/a/original", 10, "0" * 64)
+        file = Attachment("01JFILE0000000000000000000", "schedule.pdf", "application/pdf", "pdf", ref, ref)
+        history = [replace(turn(1, "what does the schedule say?", "It gives 30 days."), attachments=(file,))]
+        context = loader_for(history).load(
+            user_id="u", session_id="s", system="sys", question="and for batch 3?", history=history, budget=4000
+        )
+        assert context.sources[1].kind == "turn"  # the turn was sent, its file was not
+        assert context.note == (
+            "The 1 file attached to earlier questions was not sent again (a question is sent with its own files only)."
+        )
+        plain = loader_for([turn(1, "q", "a")]).load(
+            user_id="u", session_id="s", system="sys", question="and?", history=[turn(1, "q", "a")], budget=4000
+        )
+        assert plain.note is None

@@ -279,3 +279,56 @@ class TestTheHotTierCache:
         assert report["objects"] == 1 and report["left"]["objects"] == 0
         left = [p for p in folder.rglob("*") if p.is_file() and ".tmp" not in p.parts]
         assert [p.name for p in left] == [bobs.input_ref.key.rsplit("/", 1)[-1]]  # Bob's is untouched
+
+
+class TestAFollowUpAboutADocument:
+    """A follow-up is asked with the earlier pasted document read whole where it could fit the budget (1 GetObject);
+    one too large for it is sent as its beginning, and the context's note and record say so."""
+
+    def ask_after(self, client, table, long_store, meter, document, budget):
+        from lib.context.cache import ContextCache
+        from lib.context.engine import ContextEngine
+        from lib.model.models import DemoModel
+        from lib.turn.turns import begin_turn
+        from tests.test_context_engine import settings
+
+        session, message = long_store.create_session(ALICE, document, system_prompt_id="default-v1")
+        finish(long_store, message, "I have read the contract.")
+        view = long_store.open_session(ALICE, session.session_id)
+        assert view.messages[0].partial("input")  # the page holds its beginning only
+        engine = ContextEngine(client, table, meter, DemoModel(delay_s=0), settings())
+        calls = ObjectCalls(meter)
+        turn = begin_turn(
+            long_store,
+            DemoModel(delay_s=0),
+            ALICE,
+            view.session,
+            "What does the last clause say?",
+            view.messages,
+            system_prompt_id="default-v1",
+            budget_tokens=budget,
+            engine=engine,
+            cache=ContextCache(),
+            summary=None,
+        )
+        sent = "\n".join(m["content"] for m in turn.context.prompt.messages)
+        return turn.context, sent, calls.names
+
+    def test_a_document_that_fits_is_sent_whole(self, client, table, long_store, meter):
+        document = "Clause: the supplier delivers on time.\n" * 1_000 + "LAST-CLAUSE-7Q: notice is 90 days."
+        assert INLINE_BODY_BYTES < len(document) < 4 * 24_000
+        context, sent, calls = self.ask_after(client, table, long_store, meter, document, 24_000)
+        assert calls == ["GetObject"]
+        assert "LAST-CLAUSE-7Q" in sent and document in sent
+        assert context.note is None and not any(s.excerpt for s in context.sources)
+
+    def test_a_document_too_large_for_the_budget_is_sent_as_its_beginning_and_said_so(
+        self, client, table, long_store, meter
+    ):
+        document = "Clause: the supplier delivers on time.\n" * 3_000 + "LAST-CLAUSE-7Q: notice is 90 days."
+        context, sent, calls = self.ask_after(client, table, long_store, meter, document, 24_000)
+        assert calls == []  # more than the budget could hold: not read
+        assert "LAST-CLAUSE-7Q" not in sent
+        turn = next(s for s in context.sources if s.kind == "turn")
+        assert turn.excerpt
+        assert "1 earlier message too long to send whole was sent as its first 4 KB" in context.note

@@ -22,6 +22,22 @@ class TestCompact:
             {"kind": "question", "tokens": 5},
         ]
 
+    def test_a_run_with_a_message_sent_as_its_beginning_says_so_and_reads_back(self):
+        parts = [turn(0), {**turn(1), "excerpt": True}, turn(2)]
+        out = seen.compact(parts)
+        assert out == [
+            {
+                "kind": "turns",
+                "tokens": 90,
+                "count": 3,
+                "first": f"01J{0:023d}",
+                "last": f"01J{2:023d}",
+                "excerpt": True,
+            }
+        ]
+        assert seen.decode(seen.encode(out)) == tuple(out)
+        assert "excerpt" not in seen.compact([turn(0), turn(1)])[0]
+
     def test_memories_past_the_listed_bound_are_counted_in_one_part(self):
         parts = [{"kind": "memory", "tokens": i + 1, "id": f"M{i}"} for i in range(seen.MAX_LISTED + 5)]
         out = seen.compact(parts)

@@ -58,6 +58,15 @@ class TestRegenerateOnThePage:
         (kept,) = services().store.versions.versions(DEV, turn)
         assert kept.input_body == "What is a partition key" and kept.output_body == first.output_body
 
+    def test_a_question_too_long_to_hold_in_its_item_is_not_cut_by_an_edit_box(self):
+        at = send(new_browser(), "Review this: " + "a clause of the contract. " * 1_000)
+        (first,) = stored(at)
+        assert first.input_ref is not None  # in the object store: the item holds its beginning
+        at.session_state[f"edit-open-{first.message_id}"] = True
+        at.run()
+        assert not [t for t in at.text_area if t.key == f"edit-box-{first.message_id}"]
+        assert any("too long to edit here without cutting it" in c.value for c in at.caption)
+
     def test_every_question_offers_edit_and_an_older_one_sends_in_a_branch(self):
         at = send(new_browser(), "first question")
         send(at, "second question")

@@ -358,7 +358,7 @@ class SessionContextLoader:
         if recalled:
             full += "\n\n" + "\n\n".join([RECALL_HEADER, *(text for _, text, _ in recalled)])
             sources += [
-                Source("recalled", tokens.count(text) + 1, m.message_id, cut, m.create_time)
+                Source("recalled", tokens.count(text) + 1, m.message_id, cut or _beginning_only(m), m.create_time)
                 for m, text, cut in recalled
             ]
         messages: list[dict[str, str]] = []
@@ -372,6 +372,7 @@ class SessionContextLoader:
                     "turn",
                     tokens.count(turn.input_body) + tokens.count(turn.output_body),
                     turn.message_id,
+                    _beginning_only(turn),
                     time=turn.create_time,
                 )
             )
@@ -383,6 +384,21 @@ class SessionContextLoader:
         note = _note(
             earlier, len(verbatim), len(recalled), summary_part, len(memories), _unsent(history, sent, summary_part)
         )
+        beginnings = sum(1 for m in [*verbatim, *(r[0] for r in recalled)] if _beginning_only(m))
+        if beginnings:
+            said = (
+                f"{beginnings} earlier message{'s' if beginnings > 1 else ''} too long to send whole "
+                f"{'were' if beginnings > 1 else 'was'} sent as {'their' if beginnings > 1 else 'its'} first "
+                "4 KB (open it and use Show all to read the whole)"
+            )
+            note = _also(note, said)
+        files = sum(len(m.attachments) for m in [*verbatim, *(r[0] for r in recalled)])
+        if files:
+            said = (
+                f"the {files} file{'s' if files > 1 else ''} attached to earlier questions "
+                f"{'were' if files > 1 else 'was'} not sent again (a question is sent with its own files only)"
+            )
+            note = _also(note, said)
         asked = tokens.count(question)
         if question_cut_from is not None:
             note = (
@@ -405,6 +421,16 @@ class SessionContextLoader:
             note,
             tuple(m.memory_id for m in memories),
         )
+
+
+def _also(note: str | None, said: str) -> str:
+    """The note with one more clause: `said` after it, or as a sentence of its own."""
+    return f"{note.rstrip('.')}; {said}." if note else f"{said[0].upper()}{said[1:]}."
+
+
+def _beginning_only(turn: Message) -> bool:
+    """A turn whose question or answer is held here only as its beginning (the rest in the object store)."""
+    return turn.partial("input") or turn.partial("output")
 
 
 @dataclass(frozen=True)

@@ -50,6 +50,8 @@ def compact(parts: Iterable[Mapping[str, Any]]) -> list[dict]:
             last = out[-1] if out else None
             if last is not None and last["kind"] == "turns":
                 last.update(tokens=last["tokens"] + tokens, count=last["count"] + 1, last=part.get("id", ""))
+                if part.get("excerpt"):  # a long message in the run was sent as its beginning
+                    last["excerpt"] = True
             else:
                 out.append(
                     {
@@ -59,6 +61,7 @@ def compact(parts: Iterable[Mapping[str, Any]]) -> list[dict]:
                         "first": part.get("id", ""),
                         "last": part.get("id", ""),
                     }
+                    | ({"excerpt": True} if part.get("excerpt") else {})
                 )
             continue
         if kind in LISTED:

@@ -127,7 +127,35 @@ class Turn:
         return self.saved
 
 
+WHOLE_READS = 2  # long earlier bodies read whole per question (1 GetObject each), newest first
+
+
+def whole_earlier(store: ChatStore, user_id: str, history: list[Message], budget_tokens: int) -> list[Message]:
+    """The loaded earlier turns with their long bodies read whole where one could fit the budget (a follow-up
+    about a pasted document is asked with the document, not its first 4 KB): 1 GetObject per body, newest first,
+    at most WHOLE_READS. A body larger than the budget could ever hold (4 bytes a token, a generous bound), or one
+    that cannot be read now, keeps its beginning; the context marks it cut and its note says so."""
+    turns, reads = list(history), 0
+    for index in range(len(turns) - 1, -1, -1):
+        m = turns[index]
+        parts = [
+            part
+            for part, ref in (("input", m.input_ref), ("output", m.output_ref))
+            if m.partial(part) and ref.size <= 4 * budget_tokens
+        ]
+        if not parts or reads + len(parts) > WHOLE_READS:
+            continue
+        reads += len(parts)
+        try:
+            whole = {f"{part}_body": store.bodies.text(user_id, m, part, action="recall") for part in parts}
+        except ChatError:  # missing, damaged or unreachable: the beginning is sent, marked cut
+            continue
+        turns[index] = replace(m, **whole)
+    return turns
+
+
 def _context(
+    store,
     engine,
     cache,
     user_id: str,
@@ -143,6 +171,7 @@ def _context(
     attachments: Sequence[tuple[Attachment, str | bytes]] = (),
 ) -> Context:
     """The SessionContextLoader's context (with an engine: memories, summary, recall), after the commit."""
+    history = whole_earlier(store, user_id, history, budget_tokens)
     if engine is None or cache is None:  # (no engine: a bare loader, which sends no attachment)
         return loaded_only(
             system_prompt(system_prompt_id), history, question, budget_tokens=budget_tokens, earlier_turns=earlier_turns
@@ -208,6 +237,7 @@ def begin_turn(
     # The files' text (or an image's bytes) is in memory: the model is sent it without reading it back.
     files = [(a, u.data if a.kind == "image" else u.text or "") for a, u in zip(message.attachments, attachments)]
     context = _context(
+        store,
         engine,
         cache,
         user_id,
@@ -290,6 +320,7 @@ def _again(
     # Every turn before the retried one (the page may hold only some of them).
     preceding = session.message_count - 1 - sum(1 for m in history if m.message_id > message.message_id)
     context = _context(
+        store,
         engine,
         cache,
         user_id,

@@ -126,6 +126,12 @@ class Steering:
         if m.status == PENDING or self.writing_here():  # drawn while answering too: it is there once the answer is
             box.caption("The answer is still being written: Stop it, or wait for it, then edit the question.")
             return
+        if m.input_ref is not None:  # the item holds its beginning: an edit box of that would cut the question
+            box.caption(
+                f"This question is {m.input_ref.size / 1024:,.0f} KB, too long to edit here without cutting it: "
+                "copy it (Show all), change it, and send it as a new question."
+            )
+            return
         key = f"{EDIT_BOX}{m.message_id}"
         st.session_state.setdefault(key, m.input_body)
         box.text_area("Edit your question", key=key, height=150)

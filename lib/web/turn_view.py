@@ -242,7 +242,8 @@ def model_saw(
             first = turns.get(part.get("first", ""))
             start = f", from “{_clip(first.input_body, 48)}”" if first is not None and count > 1 else ""
             newest = "The newest turn" if count == 1 else f"The newest {count:,} turns"
-            return f"{newest} before this question, word for word{start}"
+            cut = " (a message too long to send whole as its first 4 KB)" if part.get("excerpt") else ""
+            return f"{newest} before this question, word for word{start}{cut}"
         if kind in ("memory", "recalled") and "count" in part:
             count = int(part["count"])
             return f"{count:,} more {'memories' if kind == 'memory' else 'recalled turns'} (not listed one by one)"

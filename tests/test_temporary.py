@@ -19,6 +19,7 @@ from lib.storage.operator import Operator
 from lib.storage.schema import create_table, ensure_ttl
 from lib.storage.store import ChatStore
 from lib.web import chat_page
+from tests.objects_helpers import bucket, s3_server  # noqa: F401
 from tests.pages import DEV, button, new_browser, requests_made, send, services, sidebar_titles
 
 A = "alice@example.com"
@@ -129,6 +130,50 @@ class TestTheStore:
         purge_user(Operator(client, table, meter), A, dry_run=False)
         assert partition(client, table, keys.session_pk(A, session.session_id)) == []
         assert partition(client, table, keys.user_pk(A)) == []
+
+
+class TestNothingOutlivesIt:
+    """TTL deletes a temporary chat's items and nothing else: so none of its text or files is put in the object
+    store (real moto S3), where the chat's expiry would never reach it."""
+
+    @pytest.fixture
+    def with_objects(self, client, table, meter, bucket):
+        from lib.storage.objects import S3Objects
+        from tests.objects_helpers import store_with
+
+        s3_client, name = bucket
+        return store_with(client, table, meter, S3Objects(s3_client, name)), s3_client, name
+
+    @staticmethod
+    def objects(s3_client, name):
+        return s3_client.list_objects_v2(Bucket=name).get("KeyCount", 0)
+
+    def test_a_long_question_and_answer_stay_in_the_items_ttl_deletes(self, with_objects, client, table):
+        store, s3_client, name = with_objects
+        long = "a long pasted log line\n" * 2_000  # 46 KB: a kept chat's would go to the object store
+        session, message = store.create_session(A, long, system_prompt_id="p", temporary_hours=HOURS)
+        finish(store, A, message, text=long)
+        session, message = store.send_message(A, session, long, system_prompt_id="p")
+        finish(store, A, message, text=long)
+        assert self.objects(s3_client, name) == 0
+        opened = store.open_session(A, session.session_id)
+        assert [(m.input_body, m.output_body) for m in opened.messages] == [(long, long)] * 2
+        assert all(m.input_ref is None and m.output_ref is None and m.expire_at for m in opened.messages)
+        kept, message = store.create_session(A, long, system_prompt_id="p")  # the same text in a kept chat
+        assert self.objects(s3_client, name) == 1
+
+    def test_a_file_is_refused_before_anything_is_stored(self, with_objects, client, table):
+        from lib.turn.attachments import prepare
+
+        store, s3_client, name = with_objects
+        files = prepare([("notes.txt", b"deploy on thursday")], max_bytes=1024 * 1024, max_count=5)
+        with pytest.raises(TemporaryChat, match="A temporary chat takes no files"):
+            store.create_session(A, "read this", system_prompt_id="p", temporary_hours=HOURS, attachments=files)
+        session = temporary_chat(store, turns=1)
+        with pytest.raises(TemporaryChat, match="A temporary chat takes no files"):
+            store.send_message(A, session, "and this", system_prompt_id="p", attachments=files)
+        assert self.objects(s3_client, name) == 0
+        assert store.open_session(A, session.session_id).session.message_count == 1
 
 
 class TestTheEmbeddedDatabaseKeepsTheTtlRule:

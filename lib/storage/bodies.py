@@ -67,10 +67,13 @@ class Bodies:
         message_id: str,
         *,
         action: str,
+        inline: bool = False,
     ) -> tuple[dict, Message]:
         """items.pending_message, with a question over INLINE_BODY_BYTES written to the object store first (1
-        PutObject, labelled `action`). EmptyMessage or MessageTooLarge before any request."""
-        if self.objects is None or not isinstance(input_body, str) or not input_body.strip():
+        PutObject, labelled `action`). EmptyMessage or MessageTooLarge before any request. `inline`: a temporary
+        chat's question stays in its item (up to the item's limit), which TTL deletes with the chat; no object
+        outlives it."""
+        if inline or self.objects is None or not isinstance(input_body, str) or not input_body.strip():
             return items.pending_message(user_id, session_id, input_body, system_prompt_id, at, message_id)
         body = storable_text(input_body)
         size = len(body.encode("utf-8"))
@@ -97,7 +100,12 @@ class Bodies:
         """(attributes to SET, attributes to REMOVE) of a finished or failed answer: over INLINE_BODY_BYTES, the
         object first (1 PutObject, under the caller's meter label) and a preview with its pointer; else inline,
         cut to fit the item (items.fit_answer) as before."""
-        if self.objects is not None and len(output_body.encode("utf-8")) > INLINE_BODY_BYTES:
+        # A temporary chat's answer stays in its item (cut to fit it): TTL deletes the item, never an object.
+        if (
+            self.objects is not None
+            and message.expire_at is None
+            and len(output_body.encode("utf-8")) > INLINE_BODY_BYTES
+        ):
             ref = self.objects.put_text(
                 body_key(user_id, message.session_id, message.message_id, "output"), output_body
             )

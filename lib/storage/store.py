@@ -144,9 +144,18 @@ class ChatStore:
             project_rows.checked_id(project_id)
             if temporary_hours is not None:
                 raise TemporaryChat("A temporary chat is not kept, so it cannot be started in a project.")
+        if temporary_hours is not None and attachments:
+            raise TemporaryChat(NO_FILES_IN_A_TEMPORARY_CHAT)
         session_id, at = keys.new_id(), keys.now()
         message_item, message = self.bodies.pending_message(
-            user_id, session_id, input_body, system_prompt_id, at, keys.new_id(), action="create"
+            user_id,
+            session_id,
+            input_body,
+            system_prompt_id,
+            at,
+            keys.new_id(),
+            action="create",
+            inline=temporary_hours is not None,
         )
         message_item, message = self._attached(user_id, message_item, message, attachments, action="create")
         title = items.valid_title(title or default_title(input_body))
@@ -257,6 +266,8 @@ class ChatStore:
         question goes to, kept on the meta in the same Update (the chat's choice for its next question).
         """
         _not_expired(session)  # before any request: an expired chat's question is not even uploaded
+        if session.temporary and attachments:
+            raise TemporaryChat(NO_FILES_IN_A_TEMPORARY_CHAT)
         session = self._restored(user_id, session)  # an archived chat is put back first (docs/archive.md)
         message_id = keys.new_id()
         message_item, message = self.bodies.pending_message(
@@ -267,6 +278,7 @@ class ChatStore:
             session.last_message_time,
             message_id,
             action="send",
+            inline=session.temporary,
         )
         message_item, message = self._attached(user_id, message_item, message, attachments, action="send")
         message_item, message = _expiring(message_item, message, session.expire_at)
@@ -860,6 +872,13 @@ class ChatStore:
         with self._db.action("export", user_id):
             turns = partitions.session_turns(self._db, user_id, session_id)
         return [self.bodies.whole(user_id, m, action="export") for m in turns]
+
+
+# Files live in the object store, which a temporary chat's expiry (DynamoDB TTL on its items) never reaches.
+NO_FILES_IN_A_TEMPORARY_CHAT = (
+    "A temporary chat takes no files: they would be kept after the chat is deleted. Paste the text instead, or "
+    "attach the file in a normal chat."
+)
 
 
 def _expiring(item: dict, message: Message, expire_at: int | None) -> tuple[dict, Message]:

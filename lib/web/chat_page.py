@@ -14,7 +14,7 @@ from lib import export
 from lib.context.cache import cache_in
 from lib.context.memories import memory_state
 from lib.context.summaries import divider_label
-from lib.errors import ChatError
+from lib.errors import ChatError, TemporaryChat
 from lib.storage.itemsize import ITEM_LIMIT_BYTES
 from lib.storage.records import DONE, FAILED, INTERRUPTED, PENDING, Message
 from lib.turn import branches
@@ -447,7 +447,9 @@ class ChatPage(LiveTurns, Steering):
                     files=files or (),
                 )
             except ChatError as exc:  # nothing typed is lost; the composer shows why, also after a rerun
-                again = " Attach the files again when you send it." if files else ""
+                again = (
+                    " Attach the files again when you send it." if files and not isinstance(exc, TemporaryChat) else ""
+                )
                 st.session_state["unsent"], st.session_state[UNSENT_REASON] = question, str(exc) + again
                 return
             if sent.waited:

@@ -215,6 +215,31 @@ class TestS3Failures:
         )
         assert aws_objects(Settings.load(env={}, secrets={}, for_operator=True), Meter(trust_reported=True)) is None
 
+    def test_an_answer_the_object_store_cannot_take_is_kept_in_its_item(
+        self, client, table, meter, requests, failing, no_backoff_sleep, capsys
+    ):
+        server = failing(503, "SlowDown")
+        backend = S3Objects(s3_client(server.url, aws.deadlines(connect_s=1, read_s=2, attempts=2)), "chat-bodies")
+        store = store_with(client, table, meter, backend)
+        answer = "A long answer, line by line.\n" * 2_000  # 58 KB: past the inline threshold
+        for size, whole in ((answer, True), ("z" * 500_000, False)):  # the second is past the item's limit
+            session, message = store.create_session(ALICE, "a short question", system_prompt_id="p")
+            saved = store.finish_message(
+                ALICE,
+                message,
+                output_body=size,
+                input_token=1,
+                output_token=1,
+                response_start_time=keys.now(),
+                response_end_time=keys.now(),
+            )
+            (turn,) = store.open_session(ALICE, session.session_id).messages
+            assert saved.status == turn.status == "done" and turn.output_ref is None
+            assert (turn.output_body == size) is whole and turn.output_truncated is not whole
+        assert server.requests == 4  # 2 attempts for each answer, then kept inline
+        logged = capsys.readouterr().err  # the JSON log lines: the event, never the answer's text
+        assert logged.count('"event": "answer_kept_inline"') == 2 and "line by line" not in logged
+
     def test_a_send_whose_object_cannot_be_written_commits_nothing(
         self, client, table, meter, requests, failing, no_backoff_sleep
     ):

@@ -24,7 +24,8 @@ from collections import defaultdict
 from dataclasses import dataclass, replace
 from typing import Any
 
-from lib.errors import BodyUnavailable, MessageTooLarge
+from lib import logs
+from lib.errors import BodyUnavailable, MessageTooLarge, ObjectStoreUnavailable
 from lib.storage import items, keys
 from lib.storage.gateway import Gateway, from_item, storable_text, to_item
 from lib.storage.itemsize import item_size
@@ -99,22 +100,28 @@ class Bodies:
     ) -> tuple[dict[str, Any], list[str]]:
         """(attributes to SET, attributes to REMOVE) of a finished or failed answer: over INLINE_BODY_BYTES, the
         object first (1 PutObject, under the caller's meter label) and a preview with its pointer; else inline,
-        cut to fit the item (items.fit_answer) as before."""
+        cut to fit the item (items.fit_answer) as before. An object store that cannot take it (down past its
+        retries) does not cost the answer: it is kept in the item instead (whole up to the item's limit, else cut
+        to fit and marked so), and a warning says so in the log."""
         # A temporary chat's answer stays in its item (cut to fit it): TTL deletes the item, never an object.
         if (
             self.objects is not None
             and message.expire_at is None
             and len(output_body.encode("utf-8")) > INLINE_BODY_BYTES
         ):
-            ref = self.objects.put_text(
-                body_key(user_id, message.session_id, message.message_id, "output"), output_body
-            )
-            return {
-                "output_body": preview(output_body),
-                "output_truncated": False,
-                POINTERS["output"]: ref.record(),
-                **fields,
-            }, []
+            try:
+                ref = self.objects.put_text(
+                    body_key(user_id, message.session_id, message.message_id, "output"), output_body
+                )
+            except ObjectStoreUnavailable as exc:
+                logs.warning("answer_kept_inline", message_id=message.message_id, error_class=type(exc).__name__)
+            else:
+                return {
+                    "output_body": preview(output_body),
+                    "output_truncated": False,
+                    POINTERS["output"]: ref.record(),
+                    **fields,
+                }, []
         body, truncated = items.fit_answer(user_id, message, output_body, fields)
         return {"output_body": body, "output_truncated": truncated, **fields}, [POINTERS["output"]]
 

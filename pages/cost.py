@@ -115,9 +115,10 @@ with ui.errors_shown():
         )
     if is_admin and head.object_requests:
         st.caption(
-            f"Long questions and answers are kept in the object store: {number(head.object_requests)} requests, "
-            f"{number(head.object_bytes)} bytes written, {money(head.object_cost)} with a month of storage (in "
-            "the per-turn figure; prices: CHAT_PRICE_BUCKET_PUT_PER_K, _GET_PER_K, _GB_MONTH)."
+            "The object store holds long questions and answers, attached files and archived chats: "
+            f"{number(head.object_requests)} requests, {number(head.object_bytes)} bytes written, "
+            f"{money(head.object_cost)} with a month of storage (in the per-turn figure, and per action under "
+            "By action; prices: CHAT_PRICE_BUCKET_PUT_PER_K, _GET_PER_K, _GB_MONTH)."
         )
     if is_admin and head.dynamodb_requests and head.service_share == 0:
         st.caption(

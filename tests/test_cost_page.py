@@ -171,6 +171,16 @@ class TestAdmin:
         assert (numbers.abs().sum() > 0).all(), numbers.columns
         assert "Service-reported requests" not in table and "Modeled write units" not in table  # local: all modeled
 
+    def test_the_object_store_is_priced_for_admins_per_action_and_in_a_caption(self, seeded, monkeypatch):
+        services, _ = seeded
+        services.store.create_session(DEV, "Review this log:\n" + "a line of the log\n" * 2_000, system_prompt_id="p")
+        services.ledger.flush()
+        monkeypatch.setenv("CHAT_ADMINS", DEV)
+        at = cost_page()
+        table = table_with(at, "Action").set_index("Action")
+        assert table.loc["Start a chat", "Object store requests"] == 1  # the long question's PutObject
+        assert any(c.value.startswith("The object store holds long questions") for c in at.caption)
+
     def test_every_csv_escapes_formulas_and_has_human_columns_and_integer_counts(self, seeded, monkeypatch, downloads):
         services, _ = seeded
         services.ledger.record_tokens(HYPERLINK, "demo", TokenUsage(input_tokens=10, output_tokens=5))

@@ -305,6 +305,17 @@ class TestByAction:
         ].tolist() == [1, 4, 1]
         assert "Read units" not in table.columns
 
+    def test_object_store_requests_and_their_cost_are_shown_per_action(self):
+        counters = {"n.send": 2, "wu.send": 20, "w.send": 20, "s3p.send": 2, "s3b.send": 2e9}
+        counters |= {"s3g.attachment": 4, "s3b.attachment": 0}  # a download: object store requests only
+        table = costs.by_action([bucket(counters)], PRICES).set_index("Action")
+        assert table.loc["Send a question", "Object store requests"] == 2
+        # 2 PUTs and a month of 2 GB at the prices' defaults
+        assert table.loc["Send a question", "Object store $"] == pytest.approx(2 * 0.005 / 1e3 + 2 * 0.023)
+        assert table["Object store requests"].sum() == 6 and table["Requests"].sum() == 2
+        plain = costs.by_action([bucket({"n.send": 2, "wu.send": 4, "w.send": 4})], PRICES)
+        assert "Object store requests" not in plain.columns
+
 
 class TestHeadline:
     def test_in_demo_mode_the_model_is_priced_as_the_configured_claude_and_called_an_estimate(self):

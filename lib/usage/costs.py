@@ -98,7 +98,8 @@ def _action_key(action: str) -> tuple[int, str]:
 
 
 def _actions(bucket: Bucket) -> set[str]:
-    return {name.split(".", 1)[1] for name in bucket.counters if name.startswith("n.")}
+    """The actions with DynamoDB or object store requests in the bucket."""
+    return {name.split(".", 1)[1] for name in bucket.counters if name.startswith(("n.", "s3p.", "s3g.", "s3d."))}
 
 
 def _models(bucket: Bucket) -> set[str]:
@@ -127,6 +128,10 @@ def action_rows(buckets: list[Bucket], prices: Prices) -> pd.DataFrame:
                     "cost": prices.dynamodb(wru, rru),
                     "vector bytes": vector,
                     "vector cost": prices.vectors(a, vector),
+                    "object requests": sum(c.get(f"{kind}.{a}", 0.0) for kind in ("s3p", "s3g", "s3d")),
+                    "object cost": prices.objects(
+                        c.get(f"s3p.{a}", 0.0), c.get(f"s3g.{a}", 0.0), c.get(f"s3b.{a}", 0.0)
+                    ),
                 }
             )
     return pd.DataFrame(
@@ -144,6 +149,8 @@ def action_rows(buckets: list[Bucket], prices: Prices) -> pd.DataFrame:
             "cost",
             "vector bytes",
             "vector cost",
+            "object requests",
+            "object cost",
         ],
     )
 
@@ -301,7 +308,18 @@ def by_action(buckets: list[Bucket], prices: Prices) -> pd.DataFrame:
     and the modeled units only where they differ from the billed ones."""
     rows = action_rows(buckets, prices)
     t = rows.groupby("action", as_index=False)[
-        ["requests", "WRU", "RRU", "modeled WRU", "modeled RRU", "service_figures", "cost", "vector bytes"]
+        [
+            "requests",
+            "WRU",
+            "RRU",
+            "modeled WRU",
+            "modeled RRU",
+            "service_figures",
+            "cost",
+            "vector bytes",
+            "object requests",
+            "object cost",
+        ]
     ].sum()
     vector_cost = rows.groupby("action")["vector cost"].agg(_known_sum).reindex(t["action"]).to_numpy()
     total = t["cost"].sum()
@@ -336,6 +354,9 @@ def by_action(buckets: list[Bucket], prices: Prices) -> pd.DataFrame:
     )
     if t["vector bytes"].any():  # vector search is billed in bytes; its $ stays NaN (unknown) without a price
         table["Vector bytes"], table["Vector $"] = t["vector bytes"].to_numpy(), vector_cost
+    if t["object requests"].any():  # long bodies, files and archives: S3's requests and a month of what they wrote
+        table["Object store requests"] = t["object requests"].astype(int).to_numpy()
+        table["Object store $"] = t["object cost"].to_numpy()
     return table.sort_values(["DynamoDB $", "Requests"], ascending=False).reset_index(drop=True)
 
 

@@ -183,6 +183,38 @@ class TestDeletionAndExport:
         assert stored() == []  # nothing left for `repair` to sweep up
         assert cold.get_session(ALICE, kept.session_id).title == "a chat of today"
 
+    def test_a_chat_with_a_file_is_archived_its_file_kept_and_read_again_after_the_restore(self, cold, folder, capsys):
+        from lib.turn.attachments import prepare
+
+        moments = iter(OLD + dt.timedelta(seconds=i) for i in range(100))
+        with keys.clock(lambda: next(moments)):
+            files = prepare([("notes.md", b"# Notes\nship it on Friday\n")], max_bytes=1024, max_count=1)
+            session, message = cold.create_session(
+                ALICE, "what do my notes say?", system_prompt_id="p", attachments=files
+            )
+            cold.finish_message(
+                ALICE,
+                message,
+                output_body="Ship it on Friday.",
+                input_token=1,
+                output_token=1,
+                response_start_time=keys.now(),
+                response_end_time=keys.now(),
+            )
+        capsys.readouterr()
+        assert admin.main(["archive", "--days", "30"]) == 0
+        assert "1 chats archived" in capsys.readouterr().out
+        stored = [p for p in folder.rglob("*") if p.is_file() and "files" in p.parts]  # the file, kept where it was
+        assert stored and archive_files(folder)
+        age(p for p in folder.rglob("*") if p.is_file())  # past the orphan grace: judged, not left for later
+        assert admin.main(["check", "--user", ALICE]) == 0
+        assert "ORPHAN" not in capsys.readouterr().out  # the file's record is read from the archive
+        assert admin.main(["repair", "--user", ALICE]) == 0
+        assert all(p.exists() for p in stored)  # repair kept it
+        (turn,) = cold.open_session(ALICE, session.session_id).messages  # opening restores the chat
+        (attachment,) = turn.attachments
+        assert cold.attachments.read(ALICE, session.session_id, attachment, action="attachment").startswith(b"# Notes")
+
     def test_purge_user_deletes_the_archive_objects_and_proves_none_is_left(self, cold, folder, capsys):
         old_chat(cold, ALICE)
         old_chat(cold, BOB)

@@ -23,7 +23,6 @@ from lib.storage.archive import (
     BUSY,
     CHANGED,
     GONE,
-    KEPT,
     OPENED,
     RESUMED,
     UNDONE,
@@ -82,7 +81,6 @@ _SAID = {
     ALREADY: "already archived",
     GONE: "skipped: deleted meanwhile",
     UNDONE: "restored again: a turn changed while it was being archived",
-    KEPT: "kept live: it has attached files",
     OPENED: "left to a restore: it was opened while being archived (or its restore stopped midway); nothing more "
     "was deleted",
     BUSY: "kept live: a turn is still pending (being answered, or waiting for `sweep-pending`)",
@@ -116,7 +114,7 @@ def run(args: argparse.Namespace, settings: Any) -> int:
         print(f"{user_id} session {session_id}: NOT archived, nothing deleted: {why}")
     counts = report.count()
     turns = sum(o.turns for _, o in report.outcomes if o.outcome in (ARCHIVED, RESUMED))
-    skipped = sum(counts[o] for o in (CHANGED, GONE, UNDONE, KEPT, OPENED, BUSY))
+    skipped = sum(counts[o] for o in (CHANGED, GONE, UNDONE, OPENED, BUSY))
     print(
         f"{counts[ARCHIVED]} chats {verb} ({turns} turns), {counts[RESUMED]} interrupted archives finished, "
         f"{counts[ALREADY]} already archived, {skipped} skipped, "

@@ -56,8 +56,6 @@ ARCHIVED, RESUMED, CHANGED, ALREADY, GONE, UNDONE = "archived", "resumed", "chan
 # OPENED: a restore flagged the chat (opened or sent to) before or while it was archived; nothing more is deleted.
 # BUSY: a turn of the chat is pending (being answered): archiving would delete the item its answer is written to.
 OPENED, BUSY = "opened", "busy"
-KEPT = "kept"  # a chat with attached files: not archived (see archive_chat)
-ATTACHMENTS = "attachments"  # lib/storage/attachments.py's ITEM_ATTRIBUTE
 RESTORING = "restoring"  # on the meta's pointer while a restore puts the items back (its start time)
 
 
@@ -132,7 +130,7 @@ class Outcome:
     """What one chat's archive did: ARCHIVED (steps 1-4), RESUMED (an earlier run's step 4 finished), CHANGED (sent
     to, edited or pinned meanwhile: nothing deleted), ALREADY (archived before), GONE (no meta), UNDONE (an item
     changed after the snapshot: the chat was restored instead), OPENED (a restore flagged it: the deletion stopped,
-    the restore puts back the rest), BUSY (a turn is pending: left live), KEPT (attached files: left live)."""
+    the restore puts back the rest), BUSY (a turn is pending: left live)."""
 
     session_id: str
     outcome: str
@@ -314,10 +312,6 @@ class ArchiveStore:
                 # A worker is answering (or was, and the pending sweep has not marked it failed yet): its finish
                 # writes to the turn's item, which the archive would delete, and the answer would be lost.
                 return Outcome(session_id, BUSY)
-            if any(ATTACHMENTS in i for i in others):
-                # Attachments' audit reads their pointers from the turns in the table (lib/storage/attachments.py):
-                # with the turns archived it would take the files for orphans, so such a chat stays live for now.
-                return Outcome(session_id, KEPT)
             if dry_run:
                 return Outcome(session_id, ARCHIVED, len(others), turns, sum(item_size(i) for i in others))
             at = keys.now()

@@ -185,28 +185,40 @@ class Attachments:
     def pointers(self, user_id: str, session_id: str, *, descending: bool = False) -> dict[str, str]:
         """Object key -> "<sk> <attachment id>" of every attachment record in a session's partition, its kept
         versions' too (1 consistent Query per 1 MB; see Bodies.pointers for why a repair reads descending)."""
+        from lib.storage.bodies import EVERY, archived_items
+
         found: dict[str, str] = {}
         rows = self._db.query_all(
             KeyConditionExpression="pk = :pk",
-            ProjectionExpression="sk, #a",
-            ExpressionAttributeNames={"#a": ITEM_ATTRIBUTE},
+            ProjectionExpression="sk, #a, #archive",
+            ExpressionAttributeNames={"#a": ITEM_ATTRIBUTE, "#archive": "archive"},
             ExpressionAttributeValues=to_item({":pk": keys.session_pk(user_id, session_id)}),
             ConsistentRead=True,
             ScanIndexForward=not descending,
         )
+        meta = next((row for row in rows if "archive" in row), None)
+        if meta is not None:  # an archived chat: its turns' records are in its archive object (docs/archive.md)
+            items = archived_items(self.objects, user_id, session_id, from_item(meta)["archive"])
+            if items is None:  # unreadable: no file of that chat is judged an orphan on a guess
+                return {EVERY: f"archived session {session_id} (its archive cannot be read)"}
+            rows = [*rows, *({**item, "archived": {"BOOL": True}} for item in items)]
         for row in rows:
             for attachment in from_item_value(from_item(row).get(ITEM_ATTRIBUTE)):
                 for ref in (attachment.original, attachment.text):
                     if ref is not None:
-                        found[ref.key] = f"{row['sk']['S']} {attachment.attachment_id}"
+                        archived = " (archived)" if "archived" in row else ""
+                        found[ref.key] = f"{row['sk']['S']} {attachment.attachment_id}{archived}"
         return found
 
     def remove_orphans(self, orphans: Sequence[StoredObject]) -> int:
         """Delete these objects (1 DeleteObject each), after reading each session's records again, descending (1
         consistent Query per session: a record committed since the check is kept). Returns how many."""
 
+        from lib.storage.bodies import EVERY
+
         def pointed(owner: str, session_id: str):
-            return self.pointers(owner, session_id, descending=True).__contains__
+            found = self.pointers(owner, session_id, descending=True)
+            return lambda key: key in found or EVERY in found  # EVERY: an archive that cannot be read keeps all
 
         return delete_unpointed(self.objects, orphans, lambda key: keys.attachment_object_parts(key)[:2], pointed)
 
@@ -239,6 +251,8 @@ def audit(
 ) -> AttachmentAudit:
     """ListObjectsV2 of the user's prefix (or everyone's), then per session with attachment objects 1 consistent
     Query of its records. Other objects under the prefix (bodies, archives) are not this audit's."""
+    from lib.storage.bodies import EVERY  # (bodies imports records, which imports this module)
+
     if attachments.objects is None:
         return AttachmentAudit(0, (), 0, ())
     prefix = keys.user_object_prefix(user_id) if user_id else keys.OBJECT_ROOT
@@ -255,12 +269,14 @@ def audit(
     for (owner, session_id), stored in sorted(by_session.items()):
         pointed = attachments.pointers(owner, session_id)
         for found in stored:
-            if found.key in pointed:
+            if found.key in pointed or EVERY in pointed:
                 continue
             if now - found.modified >= grace:
                 orphans.append(found)
             else:
                 young += 1
         present = {found.key for found in stored}
-        missing += [f"session {session_id} {where}" for key, where in sorted(pointed.items()) if key not in present]
+        missing += [
+            f"session {session_id} {where}" for key, where in sorted(pointed.items()) if key not in present | {EVERY}
+        ]
     return AttachmentAudit(count, tuple(orphans), young, tuple(missing))

@@ -171,14 +171,8 @@ class Bodies:
     def _archived_pointers(self, user_id: str, session_id: str, record: Any) -> dict[str, str]:
         """The body pointers an archived chat's object holds (1 GetObject); {EVERY: ...} when it cannot be read, so
         no body of that chat is ever judged an orphan on a guess."""
-        from lib.storage.archive import read_document
-        from lib.storage.records import ArchiveRef
-
-        ref = ArchiveRef.from_record(record)
-        try:
-            keys.own_archive_object(user_id, session_id, ref.key)
-            items = read_document(self.objects.get_data(BodyRef(ref.key, ref.size, ref.sha256)))["items"]
-        except (ValueError, BodyUnavailable):
+        items = archived_items(self.objects, user_id, session_id, record)
+        if items is None:
             return {EVERY: f"archived session {session_id} (its archive cannot be read)"}
         found = {}
         for item in items:
@@ -224,6 +218,20 @@ class Bodies:
             input_body=self.text(user_id, message, "input", action=action),
             output_body=self.text(user_id, message, "output", action=action),
         )
+
+
+def archived_items(objects: ObjectStore, user_id: str, session_id: str, record: Any) -> list[dict] | None:
+    """The items an archived chat's object holds (1 GetObject, checked against its sha256), for the audits that
+    read pointers from them; None when it cannot be read (missing, damaged, not this chat's key)."""
+    from lib.storage.archive import read_document
+    from lib.storage.records import ArchiveRef
+
+    ref = ArchiveRef.from_record(record)
+    try:
+        keys.own_archive_object(user_id, session_id, ref.key)
+        return read_document(objects.get_data(BodyRef(ref.key, ref.size, ref.sha256)))["items"]
+    except (ValueError, BodyUnavailable):
+        return None
 
 
 @dataclass(frozen=True)

@@ -379,6 +379,19 @@ class TestOrphansAndOwnersDuties:
         )
         assert bodies_audit(file_store.bodies, ALICE, now=dt.datetime.now(dt.UTC)).strays == ()
 
+    def test_a_file_replaced_by_bytes_of_another_size_is_reported_damaged(self, file_store, s3):
+        session, sent = file_store.create_session(
+            ALICE, "q", system_prompt_id="p", attachments=ready([("a.txt", b"the real notes")])
+        )
+        (a,) = sent.attachments
+        s3.client.put_object(Bucket=s3.bucket, Key=a.original.key, Body=b"tampered")
+        found = stored_files.audit(file_store.attachments, ALICE, now=dt.datetime.now(dt.UTC))
+        assert found.damaged == (
+            f"session {session.session_id} MSG#{sent.message_id} {a.attachment_id}: the object is 8 bytes, "
+            "its pointer says 14",
+        )
+        assert not found.ok and not found.missing
+
     def test_purge_user_deletes_attachment_objects_too(self, file_store, s3):
         file_store.create_session(
             ALICE, "q", system_prompt_id="p", attachments=ready([("a.txt", b"a"), ("p.png", png())])

@@ -173,6 +173,19 @@ class TestOrphans:
         assert not report.ok
 
 
+    def test_an_object_cut_short_or_replaced_is_reported_damaged(self, long_store, s3):
+        session, message = long_store.create_session(ALICE, "Q" * 50_000, system_prompt_id="p")
+        finish(long_store, message, "A" * 70_000)
+        later = dt.datetime.now(dt.UTC) + dt.timedelta(days=1)
+        s3.client.put_object(Bucket=s3.bucket, Key=message.input_ref.key, Body=b"Q" * 1_000)  # cut short
+        report = audit(long_store.bodies, ALICE, now=later)
+        assert report.damaged == (
+            f"session {session.session_id} MSG#{message.message_id} input: the object is 1,000 bytes, "
+            "its pointer says 50,000",
+        )
+        assert report.missing == () and report.orphans == () and not report.ok
+
+
 class TestTheLedgerAndTheCostPage:
     def test_object_requests_are_counted_per_action_and_priced(self, client, table, meter, s3):
         from lib.config import Settings

@@ -146,6 +146,8 @@ def _audit_attachments(args, database):
         print(f"  ORPHAN {orphan.key} ({orphan.size:,} bytes, no turn records it: `repair` removes it)")
     for where in found.missing:
         print(f"  VIOLATION missing attachment: {where} records an object that is not in the store")
+    for where in found.damaged:
+        print(f"  VIOLATION damaged attachment: {where}")
     return found
 
 
@@ -175,6 +177,8 @@ def _audit_bodies(args, database):
         print(f"  ORPHAN {orphan.key} ({orphan.size:,} bytes, no turn points to it: `repair` removes it)")
     for where in found.missing:
         print(f"  VIOLATION missing object: {where} points to an object that is not in the store")
+    for where in found.damaged:
+        print(f"  VIOLATION damaged object: {where}")
     for key in found.strays:
         print(f"  VIOLATION {key}: not an object this app writes")
     return found

@@ -182,9 +182,13 @@ class Attachments:
         with self._db.action(action, user_id):
             return self.objects.get_data(ref, what=f"The file “{attachment.name}”")
 
-    def pointers(self, user_id: str, session_id: str, *, descending: bool = False) -> dict[str, str]:
+    def pointers(
+        self, user_id: str, session_id: str, *, descending: bool = False, sizes: dict[str, int] | None = None
+    ) -> dict[str, str]:
         """Object key -> "<sk> <attachment id>" of every attachment record in a session's partition, its kept
-        versions' too (1 consistent Query per 1 MB; see Bodies.pointers for why a repair reads descending)."""
+        versions' too (1 consistent Query per 1 MB; see Bodies.pointers for why a repair reads descending);
+        `sizes`, if given, gets each record's size in bytes."""
+        sizes = {} if sizes is None else sizes
         from lib.storage.bodies import EVERY, archived_items
 
         found: dict[str, str] = {}
@@ -208,6 +212,7 @@ class Attachments:
                     if ref is not None:
                         archived = " (archived)" if "archived" in row else ""
                         found[ref.key] = f"{row['sk']['S']} {attachment.attachment_id}{archived}"
+                        sizes[ref.key] = ref.size
         return found
 
     def remove_orphans(self, orphans: Sequence[StoredObject]) -> int:
@@ -237,10 +242,11 @@ class AttachmentAudit:
     orphans: tuple[StoredObject, ...]
     young: int
     missing: tuple[str, ...]
+    damaged: tuple[str, ...] = ()  # a record whose object's size is not the size it recorded
 
     @property
     def ok(self) -> bool:
-        return not (self.orphans or self.missing)
+        return not (self.orphans or self.missing or self.damaged)
 
 
 ORPHAN_GRACE = _dt.timedelta(hours=1)  # a send writes its objects, then commits within its deadlines
@@ -251,7 +257,7 @@ def audit(
 ) -> AttachmentAudit:
     """ListObjectsV2 of the user's prefix (or everyone's), then per session with attachment objects 1 consistent
     Query of its records. Other objects under the prefix (bodies, archives) are not this audit's."""
-    from lib.storage.bodies import EVERY  # (bodies imports records, which imports this module)
+    from lib.storage.bodies import EVERY, mismatched  # (bodies imports records, which imports this module)
 
     if attachments.objects is None:
         return AttachmentAudit(0, (), 0, ())
@@ -265,9 +271,11 @@ def audit(
             continue
         count += 1
         by_session[(owner, session_id)].append(found)
-    orphans, young, missing = [], 0, []
+    orphans, young, missing, damaged = [], 0, [], []
     for (owner, session_id), stored in sorted(by_session.items()):
-        pointed = attachments.pointers(owner, session_id)
+        sizes: dict[str, int] = {}
+        pointed = attachments.pointers(owner, session_id, sizes=sizes)
+        damaged += mismatched(session_id, stored, pointed, sizes)
         for found in stored:
             if found.key in pointed or EVERY in pointed:
                 continue
@@ -279,4 +287,4 @@ def audit(
         missing += [
             f"session {session_id} {where}" for key, where in sorted(pointed.items()) if key not in present | {EVERY}
         ]
-    return AttachmentAudit(count, tuple(orphans), young, tuple(missing))
+    return AttachmentAudit(count, tuple(orphans), young, tuple(missing), tuple(damaged))

@@ -145,11 +145,15 @@ class Bodies:
         with self._db.action(action, user_id):
             return self.objects.get_text(ref)
 
-    def pointers(self, user_id: str, session_id: str, *, descending: bool = False) -> dict[str, str]:
+    def pointers(
+        self, user_id: str, session_id: str, *, descending: bool = False, sizes: dict[str, int] | None = None
+    ) -> dict[str, str]:
         """Object key -> "message <id> <part>" of every pointer in a session's partition, its kept versions' too
-        (1 consistent Query per 1 MB: a pointer committed a moment ago is seen). A Query is not isolated from a
-        transaction: one reading ascending (ALT# before MSG#) can miss a pointer a Regenerate moves from MSG# to
-        ALT# while it reads; one reading descending cannot (see remove_orphans)."""
+        (1 consistent Query per 1 MB: a pointer committed a moment ago is seen); `sizes`, if given, gets each
+        pointer's size in bytes. A Query is not isolated from a transaction: one reading ascending (ALT# before
+        MSG#) can miss a pointer a Regenerate moves from MSG# to ALT# while it reads; one reading descending
+        cannot (see remove_orphans)."""
+        sizes = {} if sizes is None else sizes
         found: dict[str, str] = {}
         rows = self._db.query_all(
             KeyConditionExpression="pk = :pk",
@@ -161,14 +165,14 @@ class Bodies:
         )
         for row in rows:
             if "archive" in row:  # an archived chat: its turns' pointers are in its archive object (docs/archive.md)
-                found.update(self._archived_pointers(user_id, session_id, from_item(row)["archive"]))
+                found.update(self._archived_pointers(user_id, session_id, from_item(row)["archive"], sizes))
             for part, name in POINTERS.items():
                 ref = BodyRef.from_record(from_item(row)[name]) if name in row else None
                 if ref is not None:
-                    found[ref.key] = f"{row['sk']['S']} {part}"
+                    found[ref.key], sizes[ref.key] = f"{row['sk']['S']} {part}", ref.size
         return found
 
-    def _archived_pointers(self, user_id: str, session_id: str, record: Any) -> dict[str, str]:
+    def _archived_pointers(self, user_id: str, session_id: str, record: Any, sizes: dict[str, int]) -> dict[str, str]:
         """The body pointers an archived chat's object holds (1 GetObject); {EVERY: ...} when it cannot be read, so
         no body of that chat is ever judged an orphan on a guess."""
         items = archived_items(self.objects, user_id, session_id, record)
@@ -179,7 +183,7 @@ class Bodies:
             for part, name in POINTERS.items():
                 ref_of = BodyRef.from_record(from_item(item)[name]) if name in item else None
                 if ref_of is not None:
-                    found[ref_of.key] = f"{item['sk']['S']} {part} (archived)"
+                    found[ref_of.key], sizes[ref_of.key] = f"{item['sk']['S']} {part} (archived)", ref_of.size
         return found
 
     def remove_orphans(self, orphans: tuple[StoredObject, ...]) -> int:
@@ -245,10 +249,11 @@ class BodyAudit:
     young: int
     missing: tuple[str, ...]  # "session <id> message <id> <part>": a pointer to a missing object
     strays: tuple[str, ...]
+    damaged: tuple[str, ...] = ()  # a pointer whose object's size is not the size it recorded (cut or replaced)
 
     @property
     def ok(self) -> bool:
-        return not (self.orphans or self.missing or self.strays)
+        return not (self.orphans or self.missing or self.strays or self.damaged)
 
 
 ORPHAN_GRACE = _dt.timedelta(hours=1)  # a send writes its object, then commits within its deadlines (~1 min)
@@ -272,9 +277,11 @@ def audit(bodies: Bodies, user_id: str | None, *, now: _dt.datetime, grace: _dt.
                 strays.append(found.key)
             continue
         by_session[(owner, session_id)].append(found)
-    orphans, young, missing = [], 0, []
+    orphans, young, missing, damaged = [], 0, [], []
     for (owner, session_id), stored in sorted(by_session.items()):
-        pointed = bodies.pointers(owner, session_id)
+        sizes: dict[str, int] = {}
+        pointed = bodies.pointers(owner, session_id, sizes=sizes)
+        damaged += mismatched(session_id, stored, pointed, sizes)
         for found in stored:
             if found.key in pointed or EVERY in pointed:
                 continue
@@ -286,4 +293,17 @@ def audit(bodies: Bodies, user_id: str | None, *, now: _dt.datetime, grace: _dt.
         missing += [
             f"session {session_id} {where}" for key, where in sorted(pointed.items()) if key not in present | {EVERY}
         ]
-    return BodyAudit(len(listed), tuple(orphans), young, tuple(missing), tuple(strays))
+    return BodyAudit(len(listed), tuple(orphans), young, tuple(missing), tuple(strays), tuple(damaged))
+
+
+def mismatched(
+    session_id: str, stored: list[StoredObject], pointed: dict[str, str], sizes: dict[str, int]
+) -> list[str]:
+    """Objects whose size (from the listing: no extra request) is not the size their pointer recorded: cut short
+    or replaced. A same-size change is caught by the sha256 check when the object is read."""
+    return [
+        f"session {session_id} {pointed[found.key]}: the object is {found.size:,} bytes, its pointer says "
+        f"{sizes[found.key]:,}"
+        for found in stored
+        if found.key in sizes and found.size != sizes[found.key]
+    ]

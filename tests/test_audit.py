@@ -263,3 +263,44 @@ class TestTheDeployedRoleCannotChangeARecord:
         # Every audit partition, by its key prefix; the app's own writes of a record (PutItem) stay allowed.
         assert deny["Condition"] == {"ForAnyValue:StringLike": {"dynamodb:LeadingKeys": [keys.AUDIT_PREFIX + "*"]}}
         assert keys.audit_pk("2026-11-30").startswith(keys.AUDIT_PREFIX) and "dynamodb:PutItem" not in deny["Action"]
+
+
+class TestAnImportNeverOverwritesARecord:
+    """import-table --merge puts whatever a file holds: an audit record in it must never replace the one in the
+    table (a forged line could otherwise turn a purge's `ok` into someone else's `refused`)."""
+
+    def forged(self, client, table, tmp_path, record, **changes):
+        item = client.get_item(TableName=table, Key=to_item(keys.audit_key(record.time, record.record_id)))["Item"]
+        item.update({name: {"S": value} for name, value in changes.items()})
+        path = tmp_path / "forged.jsonl"
+        path.write_text(json.dumps({"Item": item}) + "\n")
+        return path
+
+    def test_a_forged_copy_of_an_existing_record_leaves_it_unchanged_and_is_reported_skipped(
+        self, cli, audit, client, table, tmp_path, capsys
+    ):
+        record = audit.record(BOSS, "admin.purge-user", ANN, "ok")
+        before = client.get_item(TableName=table, Key=to_item(keys.audit_key(record.time, record.record_id)))["Item"]
+        path = self.forged(client, table, tmp_path, record, actor="someone-else@example.com", outcome="refused")
+        assert admin.main(["import-table", str(path), "--merge"]) == 0
+        out = capsys.readouterr().out
+        after = client.get_item(TableName=table, Key=to_item(keys.audit_key(record.time, record.record_id)))["Item"]
+        assert after == before
+        assert "Imported 0 items" in out and "1 audit record already in the table was skipped" in out
+        (closing,) = [i for i in audit_items(client, table) if i["action"] == "admin.import-table"]
+        assert closing["detail"]["audit_records_skipped"] == 1
+
+    def test_a_new_record_is_imported_and_the_rest_of_the_file_too(self, cli, audit, client, table, tmp_path, capsys):
+        record = audit.record(BOSS, "admin.purge-user", ANN, "ok")
+        line = client.get_item(TableName=table, Key=to_item(keys.audit_key(record.time, record.record_id)))["Item"]
+        client.delete_item(TableName=table, Key=to_item(keys.audit_key(record.time, record.record_id)))
+        audit.record(BOSS, "cost.view", "all-users")  # so the table is not empty: --merge
+        path = tmp_path / "in.jsonl"
+        chat = to_item({**keys.preference_key(ANN, "memory"), "enabled": True})
+        path.write_text(json.dumps({"Item": line}) + "\n" + json.dumps({"Item": chat}) + "\n")
+        assert admin.main(["import-table", str(path), "--merge"]) == 0
+        out = capsys.readouterr().out
+        assert "Imported 2 items" in out and "skipped" not in out
+        back = client.get_item(TableName=table, Key=to_item(keys.audit_key(record.time, record.record_id)))["Item"]
+        assert back == line
+        assert client.get_item(TableName=table, Key=to_item(keys.preference_key(ANN, "memory"))).get("Item") == chat

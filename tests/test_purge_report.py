@@ -204,6 +204,13 @@ class TestPurgeReportAndCheck:
         checked = capsys.readouterr().out
         assert "nothing left" in checked and "no session partition in a full Scan" in checked
 
+    def test_a_users_projects_are_counted_under_readable_names(self, cli, store, client, table, capsys):
+        full_user(store, client, table)
+        store.projects.create(ANN, "Plan", "instructions")
+        assert admin.main(["purge-user", "--user", ANN]) == 0
+        out = capsys.readouterr().out
+        assert "project rows" in out and "project metas" in out and "project_" not in out
+
     def test_the_json_report_is_one_document_for_a_ticket(self, cli, store, client, table, capsys):
         full_user(store, client, table)
         assert admin.main(["purge-user", "--user", ANN, "--json", "--deep"]) == 0
@@ -229,14 +236,29 @@ class TestRetentionCoversEveryKind:
         results = retention(db, 90, dry_run=False)
         left = {i["sk"] for i in of(ANN, everything(client, table)) if i["pk"] == keys.user_pk(ANN)}
         assert not [i for i in everything(client, table) if i["pk"] == keys.session_pk(ANN, session.session_id)]
-        assert left == {
-            "MEM#m2",
-            "PREF#memory",
-            "PREF#instructions",
-            keys.vector_key(ANN, lost.session_id, _turn(store, lost))["sk"],
-        }
+        # the old chat whose sidebar row was lost goes too, with its vector: its vector names it (1 Query of VEC#)
+        assert not [i for i in everything(client, table) if i["pk"] == keys.session_pk(ANN, lost.session_id)]
+        assert left == {"MEM#m2", "PREF#memory", "PREF#instructions"}
+        assert results[ANN].sessions == 3 and lost.session_id in results[ANN].session_ids  # + the marker's chat
         assert results[ANN].kinds[keys.MEMORY] == 1 and results[ANN].kinds[keys.VERSION] == 1
-        assert results[ANN].kinds[keys.SUMMARY] == 1
+        assert results[ANN].kinds[keys.SUMMARY] == 1 and results[ANN].kinds[keys.VECTOR] == 2
+
+    def test_a_recent_chat_whose_row_is_lost_stays_and_is_not_reported_kept(self, store, client, table, db):
+        recent, turn = store.create_session(ANN, "a recent chat", system_prompt_id="p")
+        client.delete_item(
+            TableName=table, Key=to_item(keys.list_key(ANN, recent.last_message_time, recent.session_id))
+        )
+        put(client, table, {**keys.vector_key(ANN, recent.session_id, turn.message_id), "user_id": ANN})
+        before = of(ANN, everything(client, table))
+        assert retention(db, 90, dry_run=False) == {}
+        assert of(ANN, everything(client, table)) == before
+
+    def test_a_dry_run_counts_the_lost_old_chat_and_deletes_nothing(self, store, client, table, db):
+        _, lost = full_user(store, client, table, at=OLD)
+        before = everything(client, table)
+        results = retention(db, 90, dry_run=True)
+        assert everything(client, table) == before
+        assert results[ANN].sessions == 3 and lost.session_id in results[ANN].session_ids  # + the marker's chat
 
 
 class TestExportCoversEveryKind:
@@ -252,3 +274,73 @@ class TestExportCoversEveryKind:
         assert derived["running_summary"]["text"] == "they asked"
         assert {p["sk"] for p in prefs} == {"PREF#memory", "PREF#instructions"}
         assert sum(n.endswith(".json") and n.startswith("chats/") and "derived" not in n for n in names) == 2
+
+
+class TestAPurgeKilledBeforeItsObjects:
+    """purge-user deletes the items, then the user's objects: a crash in between must be resumable, and `check`
+    must count the objects instead of vouching for them."""
+
+    @pytest.fixture
+    def folder_store(self, client, table, meter, tmp_path, monkeypatch, cli):
+        from lib.embedded.objects import FolderObjects
+        from tests.objects_helpers import store_with
+
+        folder = tmp_path / "objects"
+        monkeypatch.setenv("CHAT_OBJECTS_DIR", str(folder))
+        return store_with(client, table, meter, FolderObjects(folder)), folder
+
+    @staticmethod
+    def files(folder):
+        return [p for p in folder.rglob("*") if p.is_file() and ".tmp" not in p.parts]
+
+    @staticmethod
+    def killed_between_items_and_objects(store, monkeypatch):
+        """Run purge-user with its object step killed, then put the real step back."""
+        cls = type(store.bodies)
+        real = cls.purge_user
+
+        def killed(self, user_id, *, dry_run):
+            raise KeyboardInterrupt("killed between the items and the objects")
+
+        monkeypatch.setattr(cls, "purge_user", killed)
+        with pytest.raises(KeyboardInterrupt):
+            admin.main(["purge-user", "--user", ANN])
+        monkeypatch.setattr(cls, "purge_user", real)
+
+    def test_check_counts_the_objects_left_and_exits_1(self, folder_store, monkeypatch, capsys):
+        store, folder = folder_store
+        store.create_session(ANN, "A" * 40_000, system_prompt_id="p")
+        self.killed_between_items_and_objects(store, monkeypatch)
+        capsys.readouterr()
+        assert len(self.files(folder)) == 1
+        assert admin.main(["check", "--user", ANN]) == 1
+        out = capsys.readouterr().out
+        assert "nothing left" not in out and "no object" not in out
+        assert f"{ANN}: LEFT:" in out and "1 objects" in out
+
+    def test_a_rerun_finishes_the_object_step_and_then_check_proves_none_is_left(
+        self, folder_store, monkeypatch, capsys
+    ):
+        store, folder = folder_store
+        store.create_session(ANN, "A" * 40_000, system_prompt_id="p")
+        _, bobs = store.create_session(BOB, "B" * 40_000, system_prompt_id="p")
+        self.killed_between_items_and_objects(store, monkeypatch)
+        capsys.readouterr()
+        assert admin.main(["purge-user", "--user", ANN, "--json"]) == 0
+        captured = capsys.readouterr()
+        report = json.loads(captured.out)
+        assert report["objects"] == 1 and report["left"]["objects"] == 0 and report["sessions"] == 0
+        assert "earlier purge" in captured.err
+        assert [p.name for p in self.files(folder)] == [bobs.input_ref.key.rsplit("/", 1)[-1]]
+        assert admin.main(["check", "--user", ANN]) == 0
+        assert "nothing left" in capsys.readouterr().out
+        # with nothing left anywhere, a third run is a typo's answer again: no such user
+        assert admin.main(["purge-user", "--user", ANN]) == 2
+        assert "no such user" in capsys.readouterr().err
+
+    def test_without_an_object_store_the_line_says_so_instead_of_no_object(self):
+        from lib.ops.audit_report import Leftovers, leftovers_line
+
+        line = leftovers_line(Leftovers(ANN, 0, False, 0, False, objects=None))
+        assert "nothing left" in line and "no object store is configured" in line and "no object (" not in line
+        assert "no object (" in leftovers_line(Leftovers(ANN, 0, False, 0, False, objects=0))

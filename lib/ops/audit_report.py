@@ -32,6 +32,8 @@ KIND_NAMES = {
     keys.PURGE: "purge markers of an earlier, interrupted deletion",
     keys.TEMPORARY: "temporary chats' rows (TMP#)",
     keys.LINK: "share-link records (LINK#)",
+    keys.PROJECT_ROW: "project rows (the project list)",
+    keys.PROJECT_META: "project metas (name, instructions)",
     REGISTRY: "registry row",
     USAGE_BUCKET: "usage-ledger buckets",
     keys.UNKNOWN: "items of an unknown kind",
@@ -83,16 +85,17 @@ class Leftovers:
     registry: bool
     session_partition_items: int
     scanned: bool
-    objects: int = 0  # long bodies left under the user's prefix in the object store
+    objects: int | None = 0  # objects left under the user's prefix in the object store; None: no object store
 
     @property
     def nothing(self) -> bool:
         return not (self.user_items or self.registry or self.session_partition_items or self.objects)
 
 
-def leftovers(db: Operator, user_id: str, *, deep: bool, objects: int = 0) -> Leftovers:
+def leftovers(db: Operator, user_id: str, *, deep: bool, objects: int | None) -> Leftovers:
     """1 Query of the user's partition (keys only) and 1 GetItem of the registry; `deep` adds the Scan; `objects`:
-    what the object store still holds under the user's prefix (counted by the caller)."""
+    what the object store still holds under the user's prefix (counted by the caller: Bodies.left), None when the
+    app has no object store (then no line may claim there is no object)."""
     user_items = db.user_partition(user_id)
     partition_items = sum(1 for _ in db.scan_records(sessions_of=user_id)) if deep else 0
     return Leftovers(user_id, len(user_items), db.registry_entry(user_id) is not None, partition_items, deep, objects)
@@ -105,11 +108,13 @@ def leftovers_line(left: Leftovers) -> str:
             if left.scanned
             else "(a session partition nothing points to would need --deep's Scan)"
         )
-        return f"{left.user_id}: nothing left: no item under USER#{left.user_id}, no registry row, no object {where}"
+        objects = "no object" if left.objects is not None else "no object store is configured"
+        return f"{left.user_id}: nothing left: no item under USER#{left.user_id}, no registry row, {objects} {where}"
+    objects = f"{left.objects} objects" if left.objects is not None else "no object store"
     return (
         f"{left.user_id}: LEFT: {left.user_items} items under USER#{left.user_id}, registry row "
         f"{'present' if left.registry else 'absent'}, {left.session_partition_items} session-partition items, "
-        f"{left.objects} objects" + ("" if left.scanned else " (not scanned)")
+        f"{objects}" + ("" if left.scanned else " (not scanned)")
     )
 
 
@@ -143,7 +148,7 @@ def print_purge_report(report: Mapping[str, Any], *, as_json: bool) -> str:
     if report["share_items"]:
         lines.append(f"  {report['share_items']:>8,}  share-link items")
     if report["objects"]:
-        lines.append(f"  {report['objects']:>8,}  long bodies in the object store")
+        lines.append(f"  {report['objects']:>8,}  objects in the object store (long bodies, attached files, archives)")
     lines.append(f"  usage ledger: {report['usage_ledger']}")
     if report["left"] is not None:
         lines.append("  " + leftovers_line(Leftovers(**report["left"])))

@@ -21,6 +21,8 @@ from typing import Any
 from lib.config import Settings
 from lib.embedded.disk import FILE_NAME, FORMAT_VERSION, Disk
 from lib.errors import ConfigError, StoreUnavailable
+from lib.ops import audited
+from lib.storage import keys
 from lib.storage.operator import Operator
 
 MEMORY = ":memory:"
@@ -202,8 +204,18 @@ def import_table(settings: Settings, path: str | os.PathLike, merge: bool = Fals
             f"Table '{database.table}' ({database.where}) already holds items; an import replaces "
             "items with the same keys. Add --merge to import into it anyway."
         )
-    written = db.put_items(items)
-    return f"Imported {written:,} items from {path} into {database.where} (table '{database.table}')."
+    # Audit records are never overwritten: a forged line must not rewrite the trail (docs/audit.md)
+    trail = [i for i in items if i["pk"]["S"].startswith(keys.AUDIT_PREFIX)]
+    written = db.put_items([i for i in items if not i["pk"]["S"].startswith(keys.AUDIT_PREFIX)])
+    new, skipped = db.put_new_items(trail)
+    audited.note(audit_records_skipped=skipped)
+    kept = (
+        f" {skipped:,} audit record{' already in the table was' if skipped == 1 else 's already in the table were'} "
+        "skipped: an import never replaces an audit record."
+        if skipped
+        else ""
+    )
+    return f"Imported {written + new:,} items from {path} into {database.where} (table '{database.table}').{kept}"
 
 
 def run(command: str, settings: Settings, args: Any) -> int:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from lib.config import Settings
-from lib.errors import ChatError
+from lib.errors import ChatError, NoSuchUser
 
 NAMES = ("check", "repair", "users", "purge-user", "export-user", "retention", "sweep-pending")
 
@@ -116,8 +116,11 @@ def _check(args, settings, database, db) -> int:
     for report in reports:
         _print_report(report)
     trail_ok = True
+    left_ok = True
     if not args.all and not reports[0].sessions and not reports[0].deletions:  # purged? say what is proven
-        print(leftovers_line(leftovers(db, args.user, deep=args.deep)))
+        left = leftovers(db, args.user, deep=args.deep, objects=_objects_left(database, args.user))
+        print(leftovers_line(left))
+        left_ok = not left.objects  # objects of a user with no chat: a purge killed before its object step
     if args.all:
         trail_ok = _print_audit_trail(trail)
     if args.all:
@@ -126,7 +129,14 @@ def _check(args, settings, database, db) -> int:
     cold = _audit_archives(args, database, db)  # the cold tier (docs/archive.md)
     files = _audit_attachments(args, database)  # files attached to questions (docs/attachments.md)
     stores_ok = (bodies is None or bodies.ok) and cold.ok and (files is None or files.ok)
-    return 0 if all(r.ok for r in reports) and stores_ok and trail_ok else 1
+    return 0 if all(r.ok for r in reports) and stores_ok and trail_ok and left_ok else 1
+
+
+def _objects_left(database: Any, user_id: str) -> int | None:
+    """How many objects are under the user's prefix (1 ListObjectsV2 per 1,000); None without an object store."""
+    if getattr(database, "objects", None) is None:
+        return None
+    return database.store().bodies.left(user_id)
 
 
 def _audit_attachments(args, database):
@@ -266,15 +276,27 @@ def _users(args, settings, database, db) -> int:
 
 
 def _purge(args, settings, database, db) -> int:
-    """NoSuchUser (exit code 2) for an id the table knows nothing of: a typo must not read as a done purge."""
+    """NoSuchUser (exit code 2) for an id neither the table nor the object store knows: a typo must not read as a
+    done purge; an id with only objects left is an earlier purge killed before its object step, finished here."""
     from lib.ops import audited
     from lib.ops.audit_report import leftovers, print_purge_report, purge_report
-    from lib.ops.users import purge_user
+    from lib.ops.users import nothing_deleted, purge_user
 
-    counts = purge_user(db, args.user, dry_run=args.dry_run, usage=args.usage, deep=args.deep)
-    bodies = database.store(settings.cursor_secret).bodies  # long bodies: after the items that pointed at them
+    bodies = database.store(settings.cursor_secret).bodies
+    try:
+        counts = purge_user(db, args.user, dry_run=args.dry_run, usage=args.usage, deep=args.deep)
+    except NoSuchUser:
+        # Nothing of the user in the table: a typo, or an earlier purge killed after its items and before its
+        # objects (the order below). Objects under the user's prefix say which; only they are left to delete.
+        if not _objects_left(database, args.user):
+            raise
+        print(f"{args.user}: no item is left in the table; finishing an earlier purge's object step", file=sys.stderr)
+        counts = nothing_deleted()
+    # the user's objects (long bodies, attachments, archives): after the items that pointed at them
     counts["objects"] = bodies.purge_user(args.user, dry_run=args.dry_run)
-    left = None if args.dry_run else leftovers(db, args.user, deep=args.deep, objects=bodies.left(args.user))
+    left = None
+    if not args.dry_run:
+        left = leftovers(db, args.user, deep=args.deep, objects=_objects_left(database, args.user))
     report = purge_report(
         args.user,
         counts,

@@ -1,7 +1,8 @@
 """Retention and the pending sweep, for every registered user.
 
 Retention removes whole sessions whose last message is older than the cutoff (row, meta, turns, turn versions,
-running summary and vectors, together; lib/ops/deletion.py), so the per-session invariants hold, and the user's
+running summary and vectors, together; lib/ops/deletion.py), a chat whose sidebar row was lost among them (found
+by its vectors), so the per-session invariants hold, and the user's
 memories last written before the cutoff (their text came from questions). A chat the user
 sends to while retention runs is kept: its deletion commits only on a meta still older than the cutoff, and
 once that commit is made a send to it fails instead of being acknowledged and then deleted. Per-item TTL
@@ -17,6 +18,7 @@ import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any
 
+from lib.ops.audit_report import unlisted_sessions
 from lib.ops.deletion import Deleted, delete_sessions
 from lib.ops.users import registered_users
 from lib.storage import keys
@@ -39,7 +41,7 @@ def retention(
     cutoff = keys.format_time((now or _utcnow()) - dt.timedelta(days=older_than_days))
     results: dict[str, Deleted] = {}
     for user_id in registered_users(db):
-        old = db.sessions_last_active_before(user_id, cutoff)
+        old = db.sessions_last_active_before(user_id, cutoff) + _unlisted_before(db, user_id, cutoff)
         deleted = delete_sessions(db, user_id, old, dry_run=dry_run, cutoff=cutoff, command="retention")
         if archives is not None and not dry_run and deleted.session_ids:
             deleted.kinds.update(archives.delete_objects(user_id, deleted.session_ids))
@@ -53,6 +55,24 @@ def retention(
         if deleted.sessions or deleted.kept or stale:
             results[user_id] = deleted
     return results
+
+
+def _unlisted_before(db: Operator, user_id: str, cutoff: str) -> list[str]:
+    """The user's chats no row lists (a lost sidebar row) whose meta was last active before the cutoff: named by
+    their vector items (lib.ops.audit_report.unlisted_sessions: 1 Query of VEC#) and not by a row (2 Queries of
+    SES#, TMP#), then their metas (1 BatchGetItem per 100, only when there are any). A chat with neither a row
+    nor a vector is found only by a Scan (`purge-user --deep`, `check --deep`); one with no meta has no time to
+    judge by and is left to `check` and `purge-user` (docs/audit.md)."""
+    listed = {r["session_id"] for r in db.chat_rows(user_id) if "session_id" in r}
+    unlisted = [s for s in unlisted_sessions(db, user_id, deep=False) if s not in listed]
+    if not unlisted:
+        return []
+    by_pk = {keys.session_pk(user_id, s): s for s in unlisted}
+    return [
+        by_pk[meta["pk"]]
+        for meta in db.metas(user_id, unlisted)
+        if meta["pk"] in by_pk and str(meta.get("last_message_time", cutoff)) < cutoff
+    ]
 
 
 def _memory_time(memory: dict) -> str:

@@ -351,3 +351,15 @@ class Operator:
     def put_items(self, items: Iterable[Mapping[str, dict]]) -> int:
         """Put these wire-format items as they are (BatchWriteItem, 25 a request); returns how many."""
         return self._db.batch_write(puts=items)
+
+    def put_new_items(self, items: Iterable[Mapping[str, dict]]) -> tuple[int, int]:
+        """Put each wire-format item only where no item has its key (1 PutItem each): import-table's audit
+        records, which an import must never replace. Returns (written, skipped because one was there)."""
+        written = skipped = 0
+        for item in items:
+            with on_condition_failed() as exists:
+                # an item already at this key (a record the trail holds) is kept as it is, never replaced
+                self._db.call("put_item", Item=dict(item), ConditionExpression="attribute_not_exists(pk)")
+            skipped += bool(exists)
+            written += not exists
+        return written, skipped

@@ -496,3 +496,42 @@ class TestAnAnswerThatEndsEarlyIsStillCounted:
         chat = service(client, table, meter, store, model=self.claude(fake))
         saved = done(chat, chat.ask(U, None, "q", history=[], summary=None, cache=ContextCache())).saved
         assert (saved.status, saved.input_token, saved.output_token, saved.tokens_estimated) == (DONE, 40, 9, False)
+
+
+class TestOrganizingMovesTheChatsCounter:
+    """Pin, move and deleting a project write the chat's meta and rows: each must move the chat's change counter by
+    one, so another tab that loaded the chat at the old value notices and reloads (this process's own counter)."""
+
+    def answered(self, chat, store):
+        live = done(chat, chat.ask(U, None, "hello", history=[], summary=None, cache=ContextCache()))
+        return store.get_session(U, live.session_id)
+
+    def test_a_pin_and_an_unpin_each_move_the_counter_by_one(self, chat, store):
+        session = self.answered(chat, store)
+        before = chat.version(U, session.session_id)
+        pinned = chat.pin(U, session, True)
+        assert pinned.value.pinned_at is not None
+        assert pinned.version == before + 1 == chat.version(U, session.session_id)
+        unpinned = chat.pin(U, pinned.value, False)
+        assert unpinned.version == before + 2 == chat.version(U, session.session_id)
+
+    def test_a_move_into_a_project_and_out_of_it_each_move_the_counter_by_one(self, chat, store):
+        session = self.answered(chat, store)
+        project = store.projects.create(U, "Kayaks")
+        before = chat.version(U, session.session_id)
+        moved = chat.move(U, session, project.project_id)
+        assert moved.value.project_id == project.project_id
+        assert moved.version == before + 1 == chat.version(U, session.session_id)
+        out = chat.move(U, moved.value, None)
+        assert out.value.project_id is None
+        assert out.version == before + 2 == chat.version(U, session.session_id)
+
+    def test_deleting_a_project_moves_the_counter_of_each_chat_it_held(self, chat, store):
+        first, second = self.answered(chat, store), self.answered(chat, store)
+        project = store.projects.create(U, "Kayaks")
+        moved = [chat.move(U, s, project.project_id).value for s in (first, second)]
+        before = {s.session_id: chat.version(U, s.session_id) for s in moved}
+        chat.delete_project(U, project.project_id)
+        after = {s.session_id: chat.version(U, s.session_id) for s in moved}
+        assert after == {s: v + 1 for s, v in before.items()}
+        assert all(store.get_session(U, s).project_id is None for s in after)

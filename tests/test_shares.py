@@ -26,6 +26,7 @@ from lib.storage.schema import create_table
 from lib.storage.shares import NOT_FOUND, ShareStore, new_token
 from lib.storage.store import ChatStore
 from lib.turn.shares import COPY_MODEL, ShareService
+from tests.objects_helpers import bucket, s3_server  # noqa: F401 (fixtures)
 
 A, B = "alice@example.com", "bob@example.com"
 PROMPT = "default-v1"
@@ -321,6 +322,116 @@ class TestTheSnapshot:
         assert share_items(client, table) == []
 
 
+class TestAnArchivedChat:
+    """A chat in the cold tier (docs/archive.md) is shared as opening it would show it: restored first, then read."""
+
+    @pytest.fixture
+    def cold(self, client, table, meter, bucket):
+        from lib.storage.objects import S3Objects
+        from tests.objects_helpers import store_with
+
+        s3_client_, name = bucket
+        return store_with(client, table, meter, S3Objects(s3_client_, name))
+
+    @staticmethod
+    def archived_chat(cold, turns=2):
+        import datetime as dt
+
+        from lib.ops.archive import archive_old_chats
+
+        moments = iter(dt.datetime(2026, 1, 5, 9, 0, tzinfo=dt.UTC) + dt.timedelta(seconds=i) for i in range(100))
+        with keys.clock(lambda: next(moments)):
+            session = chat(cold, A, turns=turns)
+        archive_old_chats(cold.archive, [A], 30, now=dt.datetime(2026, 6, 1, tzinfo=dt.UTC))
+        assert cold.get_session(A, session.session_id).archive is not None  # in the cold tier: no turn in the table
+        return session
+
+    def test_sharing_an_archived_chat_snapshots_its_turns(self, client, table, meter, cold):
+        session = self.archived_chat(cold)
+        svc = service(client, table, meter, cold)
+        link, token = svc.share(A, session.session_id)
+        assert link.turns == 2
+        assert [(t.question, t.answer) for t in svc.open(B, token).turns] == [
+            ("question 0", "answer 0"),
+            ("question 1", "answer 1"),
+        ]
+        assert cold.get_session(A, session.session_id).archive is None  # restored, as opening it does
+
+    def test_updating_the_link_of_a_chat_archived_since_snapshots_its_turns(self, client, table, meter, cold):
+        import datetime as dt
+
+        from lib.ops.archive import archive_old_chats
+
+        moments = iter(dt.datetime(2026, 1, 5, 9, 0, tzinfo=dt.UTC) + dt.timedelta(seconds=i) for i in range(100))
+        with keys.clock(lambda: next(moments)):
+            session = chat(cold, A, turns=1)
+        svc = service(client, table, meter, cold)
+        link, token = svc.share(A, session.session_id)
+        archive_old_chats(cold.archive, [A], 30, now=dt.datetime(2026, 6, 1, tzinfo=dt.UTC))
+        assert cold.get_session(A, session.session_id).archive is not None
+        updated = svc.refresh(A, link)
+        assert (updated.version, updated.turns) == (2, 1)
+        assert [(t.question, t.answer) for t in svc.open(B, token).turns] == [("question 0", "answer 0")]
+
+    def test_a_chat_archived_again_before_its_turns_are_read_is_restored_once_more(
+        self, client, table, meter, cold, monkeypatch
+    ):
+        import datetime as dt
+
+        from lib.ops.archive import archive_old_chats
+
+        session = self.archived_chat(cold)
+        real, reads = cold.all_messages, []
+
+        def archived_meanwhile(user_id, session_id):
+            if not reads:  # a nightly archive run between the restore and the read of the turns
+                archive_old_chats(cold.archive, [A], 30, now=dt.datetime(2026, 6, 1, tzinfo=dt.UTC))
+            reads.append(session_id)
+            return real(user_id, session_id)
+
+        monkeypatch.setattr(cold, "all_messages", archived_meanwhile)
+        link, token = service(client, table, meter, cold).share(A, session.session_id)
+        assert (link.turns, len(reads)) == (2, 2)
+        assert [t.answer for t in service(client, table, meter, cold).open(B, token).turns] == ["answer 0", "answer 1"]
+
+    def test_sharing_an_archived_chat_costs_its_restore_and_the_usual_requests(
+        self, client, table, meter, cold, requests
+    ):
+        from tests.objects_helpers import ObjectCalls
+
+        session = self.archived_chat(cold)
+        svc = service(client, table, meter, cold)
+        requests.reset()
+        calls = ObjectCalls(meter)
+        svc.share(A, session.session_id)
+        # the meta, the restore (flag, put back, clear), the turns, the share's transaction, the audit record
+        assert requests.names == [
+            "GetItem",
+            "UpdateItem",
+            "TransactWriteItems",
+            "UpdateItem",
+            "Query",
+            "TransactWriteItems",
+            "PutItem",
+        ]
+        assert calls.names == ["GetObject", "DeleteObject"]
+
+    def test_an_archived_chat_whose_object_is_missing_is_not_shared_and_stays_archived(
+        self, client, table, meter, cold, bucket
+    ):
+        from lib.errors import ArchiveUnavailable
+
+        session = self.archived_chat(cold)
+        s3_client_, name = bucket
+        key = cold.get_session(A, session.session_id).archive.key
+        s3_client_.delete_object(Bucket=name, Key=key)
+        svc = service(client, table, meter, cold)
+        with pytest.raises(ArchiveUnavailable, match="missing"):
+            svc.share(A, session.session_id)
+        assert share_items(client, table) == [] and svc.links(A) == []
+        assert cold.get_session(A, session.session_id).archive is not None
+
+
 class TestRemove:
     def test_a_live_link_cannot_be_removed_only_revoked(self, svc, store, client, table):
         link, token = svc.share(A, chat(store, A).session_id)
@@ -504,6 +615,141 @@ class TestDeletion:
         svc.share(A, chat(store, A).session_id)
         report = check_user(client, table, A)
         assert report.problems == [] and not getattr(report, "unknown", [])
+
+
+class TestTheChecker:
+    """`admin check` reads the share links too (docs/sharing.md#operators): a share no live record names, a live record
+    with no share, a link whose chat is gone; `repair` deletes the orphan, so its address stops opening."""
+
+    @staticmethod
+    def delete(client, table, key):
+        client.delete_item(TableName=table, Key=to_item(key))  # a hand edit, or a bug
+
+    def test_a_share_whose_link_record_is_gone_is_reported_and_repair_stops_it_opening(
+        self, svc, store, client, table, meter
+    ):
+        from lib.ops.invariants import check_all, check_user
+        from lib.ops.repair import repair
+
+        link, token = svc.share(A, chat(store, A).session_id)
+        self.delete(client, table, keys.link_key(A, link.link_id))
+        assert svc.open(B, token).turns  # the probe's finding: still served to viewers
+        db = Operator(client, table, meter)
+        assert check_user(
+            client, table, A, db=db
+        ).ok  # nothing in the owner's partitions names it: only a Scan finds it
+        report = check_user(client, table, A, deep=True, db=db)
+        (problem,) = report.problems
+        assert problem.session_id == link.session_id
+        assert f"share {link.link_id} opens for viewers, but its owner has no live link record" in problem.what
+        (everyone,) = check_all(db)
+        assert everyone.violations == report.violations  # the Scan finds it too
+        (outcome,) = repair(db, report, dry_run=False)
+        assert outcome.done and "delete share" in outcome.action
+        with pytest.raises(ShareNotFound, match=NOT_FOUND):
+            svc.open(B, token)
+        assert share_items(client, table) == []
+        assert check_user(client, table, A, deep=True, db=db).ok
+
+    def test_a_dry_run_lists_the_fix_and_deletes_nothing(self, svc, store, client, table, meter):
+        from lib.ops.invariants import check_user
+        from lib.ops.repair import repair
+
+        link, token = svc.share(A, chat(store, A).session_id)
+        self.delete(client, table, keys.link_key(A, link.link_id))
+        db = Operator(client, table, meter)
+        (outcome,) = repair(db, check_user(client, table, A, deep=True, db=db), dry_run=True)
+        assert not outcome.done and outcome.note == "dry run"
+        assert svc.open(B, token).turns
+
+    def test_a_link_whose_chat_was_deleted_is_reported_and_repair_deletes_it_and_its_share(
+        self, svc, store, client, table, meter
+    ):
+        from lib.ops.invariants import check_all, check_user
+        from lib.ops.repair import repair
+
+        kept = chat(store, A)
+        svc.share(A, kept.session_id)
+        session = chat(store, A)
+        link, token = svc.share(A, session.session_id)
+        db = Operator(client, table, meter)
+        rows = [r for r in db.user_partition(A, keys.SESSION_PREFIX) if r["session_id"] == session.session_id]
+        for item in db.session_keys(A, session.session_id) + rows:
+            self.delete(client, table, {"pk": item["pk"], "sk": item["sk"]})
+        assert svc.open(B, token).turns  # the probe's finding: the chat is gone, its share is not
+        report = check_user(client, table, A, db=db)  # no Scan needed: the owner's record names it
+        assert report.violations == [
+            f"session {session.session_id}: share link {link.link_id} names a chat with no meta, and its share "
+            "still opens for viewers"
+        ]
+        (everyone,) = check_all(db)
+        assert everyone.violations == report.violations
+        (outcome,) = repair(db, report, dry_run=False)
+        assert outcome.done
+        with pytest.raises(ShareNotFound):
+            svc.open(B, token)
+        assert [x.session_id for x in svc.links(A)] == [kept.session_id]  # the other link is untouched
+        assert check_user(client, table, A, db=db).ok
+
+    def test_a_live_link_whose_share_is_gone_is_reported_and_repair_deletes_the_record_and_parts(
+        self, svc, store, client, table, meter
+    ):
+        from lib.ops.invariants import check_user
+        from lib.ops.repair import repair
+
+        link, token = svc.share(A, chat(store, A).session_id)
+        self.delete(client, table, keys.share_head_key(link.token_hash))
+        db = Operator(client, table, meter)
+        report = check_user(client, table, A, db=db)
+        assert report.violations == [
+            f"session {link.session_id}: share link {link.link_id} is live, but its share is gone"
+        ]
+        (outcome,) = repair(db, report, dry_run=False)
+        assert outcome.done
+        assert share_items(client, table) == [] and svc.links(A) == []
+        assert check_user(client, table, A, db=db).ok
+
+    def test_a_revoked_link_with_its_chat_is_fine_and_a_share_behind_it_is_reported(
+        self, svc, store, client, table, meter
+    ):
+        from lib.ops.invariants import check_user
+
+        link, token = svc.share(A, chat(store, A).session_id)
+        head = client.get_item(TableName=table, Key=to_item(keys.share_head_key(link.token_hash)))["Item"]
+        svc.revoke(A, link)
+        db = Operator(client, table, meter)
+        assert check_user(client, table, A, db=db).ok
+        client.put_item(TableName=table, Item=head)  # the head back behind a revoked record (a restored backup)
+        (problem,) = check_user(client, table, A, db=db).problems  # found through the record: no Scan
+        assert "no live link record" in problem.what
+
+    def test_a_repair_of_a_share_that_changed_since_the_check_deletes_nothing(self, svc, store, client, table, meter):
+        from lib.ops.invariants import check_user
+        from lib.ops.repair import repair
+
+        link, token = svc.share(A, chat(store, A).session_id)
+        record = client.get_item(TableName=table, Key=to_item(keys.link_key(A, link.link_id)))["Item"]
+        self.delete(client, table, keys.link_key(A, link.link_id))
+        db = Operator(client, table, meter)
+        report = check_user(client, table, A, deep=True, db=db)
+        client.put_item(TableName=table, Item=record)  # its record is back (a restore) before the repair runs
+        (outcome,) = repair(db, report, dry_run=False)
+        assert not outcome.done and "changed meanwhile" in outcome.note
+        assert svc.open(B, token).turns
+
+    def test_check_of_a_user_with_one_link_reads_its_head_in_one_batch(
+        self, svc, store, client, table, meter, requests
+    ):
+        from lib.ops.invariants import check_user
+
+        svc.share(A, chat(store, A).session_id)
+        requests.reset()
+        meter.clear()
+        assert check_user(client, table, A, db=Operator(client, table, meter)).ok
+        assert requests.names == ["Query", "Query", "BatchGetItem"]  # the user's partition, the chat's, the head
+        assert [r.units for r in meter.records() if r.operation == "BatchGetItem"] == [1.0]  # consistent, one head
+        (batch,) = [p for n, p in requests.calls if n == "BatchGetItem"]
+        assert next(iter(batch["RequestItems"].values()))["ConsistentRead"] is True
 
 
 class TestKeys:

@@ -16,12 +16,17 @@ For every project of a user (docs/projects.md): exactly one project row, at its 
 with its name; a chat whose meta names a project has exactly one row in that project's partition, at the meta's
 time and with its title, and a project's chat row names a chat whose meta names that project (reported, with no
 mechanical repair: which project a chat belongs in is the user's choice).
+Share links (docs/sharing.md#operators): every share head a viewer can open has a live link record of its owner,
+every live link record has its head, and no link record names a chat whose meta is gone; `repair` deletes the
+orphan (the head and parts, or the dead record with what is left of its share).
 Turns still pending after the timeout are listed, not counted as violations (`sweep-pending` ends them).
 Sessions a purge marker lists (a purge-user or retention that was killed) are listed as an unfinished
 deletion, not checked: rerunning the command finishes them, and `repair` must not rebuild what it deletes.
 
-Reads: `--user` is one Query of the user's partition plus one per session; `--deep` adds a Scan filtered
-to the user's session partitions (billed on the whole table: an operator tool); `--all` is one Scan.
+Reads: `--user` is one Query of the user's partition plus one per session (and per linked chat with no sidebar
+row), and 1 consistent BatchGetItem per 100 link records (their share heads); `--deep` adds a Scan filtered to the
+user's session partitions and one filtered to the share heads they own (each billed on the whole table: an operator
+tool; only a Scan finds a head whose link record is gone); `--all` is one Scan.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from lib.storage import items, keys
 from lib.storage.operator import Operator
 from lib.storage.records import Message, Session
 from lib.storage.schema import TTL_ATTRIBUTE
+from lib.storage.shares import ShareLink
 
 
 @dataclass
@@ -76,6 +82,17 @@ class ProjectRecords:
 
 
 @dataclass
+class ShareFix:
+    """What `repair` deletes for one broken share link: an orphan share (`head`), or a dead link record (`link`),
+    with its share too when its chat is gone (`chat_gone`)."""
+
+    session_id: str | None
+    head: dict | None = None
+    link: ShareLink | None = None
+    chat_gone: bool = False
+
+
+@dataclass
 class Report:
     user_id: str
     sessions: int = 0
@@ -86,6 +103,7 @@ class Report:
     records: dict[str, SessionRecords] = field(default_factory=dict, repr=False)
     projects: dict[str, ProjectRecords] = field(default_factory=dict, repr=False)  # by project id (repair reads)
     archived: int = 0  # chats in the cold tier (docs/archive.md): their turns are checked in their objects
+    shares: list[ShareFix] = field(default_factory=list, repr=False)  # broken share links (repair's deletions)
 
     @property
     def pending_deletion(self) -> list[str]:
@@ -132,8 +150,14 @@ class Collector:
         self.user_unknown: dict[str, list[str]] = defaultdict(list)
         self.deletions: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
         self.projects: dict[str, dict[str, ProjectRecords]] = defaultdict(lambda: defaultdict(ProjectRecords))
+        self.links: dict[str, list[dict]] = defaultdict(list)  # the owner's link records (LINK#)
+        self.heads: dict[str, dict[str, dict]] = defaultdict(dict)  # share heads by owner, then by pk
 
     def add(self, item: dict) -> None:
+        if item["pk"].startswith(keys.SHARE_PREFIX):  # a share's partition: its head names its owner, parts do not
+            if item["sk"] == keys.SHARE_HEAD_SK and isinstance(item.get("owner"), str):
+                self.heads[item["owner"]][item["pk"]] = item
+            return
         project = keys.parse_project_pk(item["pk"])
         if project is not None:
             records, kind = self.projects[project[0]][project[1]], keys.record_kind(item["sk"])
@@ -161,7 +185,10 @@ class Collector:
                 command = item.get("source_command") or "deletion"  # markers from before they named it
                 self.deletions[user_id][command] |= set(item.get("session_ids", ()))
                 self.users[user_id]  # the user exists even with no session left
-            elif kind not in (keys.MEMORY, keys.VECTOR, keys.PREFERENCE, keys.LINK):
+            elif kind == keys.LINK:
+                self.links[user_id].append(item)
+                self.users[user_id]  # the user exists even with no session
+            elif kind not in (keys.MEMORY, keys.VECTOR, keys.PREFERENCE):
                 self.user_unknown[user_id].append(item["sk"])
             else:
                 self.users[user_id]  # the user exists even with no session
@@ -186,6 +213,8 @@ def _judge(
     at: dt.datetime | None,
     deletions: dict[str, set[str]] | None = None,
     projects: dict[str, ProjectRecords] | None = None,
+    links: list[dict] | None = None,
+    heads: dict[str, dict] | None = None,
 ) -> Report:
     deletions = deletions or {}
     deleting = {s for ids in deletions.values() for s in ids}
@@ -267,7 +296,63 @@ def _judge(
         report.problems += _version_problems(session_id, turns, records.versions)
     report.projects = dict(projects or {})
     report.problems += _project_problems(report.records, report.projects, deleting)
+    problems, report.shares = _share_problems(sessions, links or [], heads or {}, deleting)
+    report.problems += problems
     return report
+
+
+# The mechanical fixes of share links (lib/ops/repair.py; docs/sharing.md#operators).
+ORPHAN_SHARE_FIX = "delete the share (head and parts)"
+DEAD_LINK_FIX = "delete the link record and what is left of its share"
+
+
+def _share_problems(
+    sessions: dict[str, SessionRecords], links: list[dict], heads: dict[str, dict], deleting: set[str]
+) -> tuple[list[Violation], list[ShareFix]]:
+    """The owner's link records against the share heads read (by the records' hashes; with a Scan, every head the
+    owner has): a head a viewer can open needs a live record (else no owner can see or revoke it), a live record
+    needs its head, and a link's chat must exist (a share must not outlive its chat)."""
+    problems: list[Violation] = []
+    fixes: list[ShareFix] = []
+    by_hash = {pk[len(keys.SHARE_PREFIX) :]: head for pk, head in heads.items()}
+    handled: set[str] = set()  # hashes whose share a dead-link fix deletes already
+    live: set[str] = set()
+    for item in sorted(links, key=lambda i: i["sk"]):
+        link = ShareLink.from_item(item)
+        if link is None or not _is_token_hash(link.token_hash):
+            problems.append(Violation(None, f"malformed share link record {item['sk']!r}"))
+            continue
+        if link.session_id in deleting:
+            continue  # a chat being deleted: the deletion takes its links (lib/ops/deletion.py)
+        records = sessions.get(link.session_id)
+        head = by_hash.get(link.token_hash)
+        if not link.revoked:
+            live.add(link.token_hash)
+        if records is None or records.meta is None:
+            opens = ", and its share still opens for viewers" if head is not None else ""
+            problems.append(
+                Violation(link.session_id, f"share link {link.link_id} names a chat with no meta{opens}", DEAD_LINK_FIX)
+            )
+            fixes.append(ShareFix(link.session_id, link=link, chat_gone=True))
+            handled.add(link.token_hash)
+        elif not link.revoked and head is None:
+            problems.append(
+                Violation(link.session_id, f"share link {link.link_id} is live, but its share is gone", DEAD_LINK_FIX)
+            )
+            fixes.append(ShareFix(link.session_id, link=link))
+    for digest, head in sorted(by_hash.items()):
+        session_id = head.get("session_id") if isinstance(head.get("session_id"), str) else None
+        if digest in live or digest in handled or session_id in deleting:
+            continue
+        problems.append(
+            Violation(
+                session_id,
+                f"share {head.get('link_id')} opens for viewers, but its owner has no live link record of it",
+                ORPHAN_SHARE_FIX,
+            )
+        )
+        fixes.append(ShareFix(session_id, head=head))
+    return problems, fixes
 
 
 # The mechanical fixes of project records (lib/ops/repair.py): the chat's meta and the project's meta are the
@@ -365,7 +450,8 @@ def check_user(
     deep: bool = False,
     db: Operator | None = None,
 ) -> Report:
-    """One user's report: from the sidebar rows (and, `deep`, every session partition the table holds)."""
+    """One user's report: from the sidebar rows and the share link records (and, `deep`, every session partition
+    the table holds and every share head the user owns: a head whose record is gone is named by nothing else)."""
     db = db or Operator(client, table)
     collector = Collector()
     for item in db.user_records(user_id):
@@ -381,6 +467,16 @@ def check_user(
     for project_id in sorted(p for p in {*collector.projects[user_id], *named} if keys.is_id(p)):
         for item in db.project_records(user_id, project_id):  # 1 Query per project
             collector.add(item)
+    links = collector.links[user_id]
+    linked = {i.get("session_id") for i in links} - set(collector.users[user_id])
+    for session_id in sorted(s for s in linked if keys.is_id(s)):  # a linked chat no row names: is its meta there?
+        for item in db.session_records(user_id, session_id):
+            collector.add(item)
+    for item in db.shares.heads(i.get("token_hash") for i in links):  # 1 consistent BatchGetItem per 100
+        collector.add(item)
+    if deep:
+        for item in db.shares.heads_of(user_id):  # a head whose record is gone: only a Scan finds it
+            collector.add(item)
     return _judge(
         user_id,
         collector.users[user_id],
@@ -389,6 +485,8 @@ def check_user(
         at=at,
         deletions=collector.deletions[user_id],
         projects=collector.projects[user_id],
+        links=collector.links[user_id],
+        heads=collector.heads[user_id],
     )
 
 
@@ -399,7 +497,7 @@ def check_all(
     collector = Collector(trail)
     for item in db.scan_records():
         collector.add(item)
-    users = set(collector.users) | set(collector.user_unknown)
+    users = set(collector.users) | set(collector.user_unknown) | set(collector.heads)
     return [
         _judge(
             u,
@@ -409,9 +507,19 @@ def check_all(
             at=at,
             deletions=collector.deletions[u],
             projects=collector.projects[u],
+            links=collector.links[u],
+            heads=collector.heads[u],
         )
         for u in sorted(users)
     ]
+
+
+def _is_token_hash(digest: object) -> bool:
+    try:
+        keys.share_pk(digest)  # type: ignore[arg-type]
+    except ValueError:
+        return False
+    return True
 
 
 def _row_state(sk: str) -> str:

@@ -3,14 +3,15 @@
 Each fix is one conditional write (or transaction) made against the state the check saw: if the app
 changed that session meanwhile (a send moved the meta), the condition fails, nothing is written, and
 the repair says to run the check again. Nothing is ever deleted that holds chat text: orphaned turns
-get a new meta and row rather than being dropped; only sidebar rows (copies of the meta) are deleted.
+get a new meta and row rather than being dropped; only sidebar rows (copies of the meta) are deleted, and share
+links that point at nothing or that nothing points at (a share is a copy of a chat: docs/sharing.md#operators).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from lib.ops.invariants import Report, SessionRecords
+from lib.ops.invariants import DEAD_LINK_FIX, ORPHAN_SHARE_FIX, Report, SessionRecords, ShareFix
 from lib.storage import items, keys
 from lib.storage.operator import Operator
 from lib.storage.projects import ProjectStore
@@ -29,7 +30,10 @@ def repair(db: Operator, report: Report, *, dry_run: bool) -> list[Outcome]:
     """Apply (or, dry_run, list) the mechanical fix of every violation in the report that has one."""
     outcomes = []
     projects = db.projects
-    for session_id in sorted({p.session_id for p in report.problems if p.repair and p.session_id}):
+    share_fixes = (ORPHAN_SHARE_FIX, DEAD_LINK_FIX)  # done below, from report.shares: no chat record changes
+    for session_id in sorted(
+        {p.session_id for p in report.problems if p.repair and p.session_id and p.repair not in share_fixes}
+    ):
         records = report.records.get(session_id, SessionRecords())  # a project row may name a chat with nothing
         chat_rows = [r for p in report.projects.values() for r in p.chats if keys.row_session_id(r["sk"]) == session_id]
         plan = [
@@ -61,7 +65,34 @@ def repair(db: Operator, report: Report, *, dry_run: bool) -> list[Outcome]:
         with db.action("admin", None):
             done = projects.repair_project_row(report.user_id, records.meta, records.rows)
         outcomes.append(Outcome(project_id, action, done, "" if done else "the project changed meanwhile; check again"))
+    for fix in report.shares:
+        action, write = _share_plan(db, report.user_id, fix)
+        if dry_run:
+            outcomes.append(Outcome(fix.session_id or "-", action, False, "dry run"))
+            continue
+        with db.action("admin", None):
+            done = write()
+        outcomes.append(
+            Outcome(fix.session_id or "-", action, done, "" if done else "the link changed meanwhile; check again")
+        )
     return outcomes
+
+
+def _share_plan(db: Operator, user_id: str, fix: ShareFix):
+    """(description, write) of one broken share link: each a transaction conditional on what check saw
+    (lib/storage/shares.py), so a link that changed meanwhile is skipped, and an orphan share stops opening."""
+    shares = db.shares
+    if fix.head is not None:
+        return (
+            f"delete share {fix.head.get('link_id')} (head and parts): no live link record names it",
+            lambda: shares.delete_orphan_share(user_id, fix.head),
+        )
+    assert fix.link is not None
+    said = "and its share (its chat is gone)" if fix.chat_gone else "(its share is gone)"
+    return (
+        f"delete share link {fix.link.link_id} {said}",
+        lambda: shares.delete_dead_link(user_id, fix.link, chat_gone=fix.chat_gone),
+    )
 
 
 def _project_plan(projects: ProjectStore, user_id: str, records: SessionRecords, rows: list[dict]):

@@ -28,9 +28,10 @@ CHECK_PROJECTION = (
     "#status, attempt_time, system_prompt_id, session_ids, source_command, version, versions, kept, pinned_at, "
     "expire_at, "  # an audit record's TTL: `check --all` reports one without it (lib/ops/invariants.py AuditTrail)
     "project_id, #name, last_activity_time, "  # projects (docs/projects.md): a chat's, and a project's meta and row
-    "#archive"  # the cold tier (docs/archive.md): an archived chat's turns are in its object, not missing
+    "#archive, "  # the cold tier (docs/archive.md): an archived chat's turns are in its object, not missing
+    "#owner, link_id, token_hash, revoked, revoke_time, #parts"  # share links (docs/sharing.md): head and record
 )
-_CHECK_NAMES = {"#status": "status", "#name": "name", "#archive": "archive"}
+_CHECK_NAMES = {"#status": "status", "#name": "name", "#archive": "archive", "#owner": "owner", "#parts": "parts"}
 # What a partition listing reads: keys, the session a sidebar row names (and a pinned row's last message time, which
 # its key does not hold), the sessions a purge marker lists.
 _LISTING, _LISTING_NAMES = "pk, sk, session_id, last_message_time, #ids", {"#ids": "session_ids"}

@@ -18,6 +18,8 @@ Request budget (an extra request is a defect; tests/test_shares.py counts them):
     list       1 Query (LINK#, the owner's partition) + 1 BatchGetItem of the live heads' view counts
     open       1 Query (the share's partition, consistent) + 1 UpdateItem (ADD view_count)
     snapshot   1 Query (the same, for "Continue in my own chat": no view counted)
+    check      1 consistent BatchGetItem per 100 link records (their heads); --deep: 1 Scan of the owner's heads
+    repair     1 TransactWriteItems per orphan share or dead link record (conditional on what check read)
 """
 
 from __future__ import annotations
@@ -449,6 +451,127 @@ class ShareStore:
         ]
         deleted = self._db.batch_write(deletes=shares)
         return deleted + self._db.batch_write(deletes=[keys.link_key(user_id, link.link_id) for link in links])
+
+    # --- the operator: `admin check` and `repair` (lib/ops/invariants.py, lib/ops/repair.py) --------------------
+
+    def heads(self, digests: Iterable[str]) -> list[dict[str, Any]]:
+        """The share heads of these token hashes that exist (1 consistent BatchGetItem per 100): `check --user` reads
+        the heads its live link records name."""
+        wanted = []
+        for digest in sorted({d for d in digests if isinstance(d, str)}):
+            with contextlib.suppress(ValueError):  # a malformed hash (a hand edit) names no head: check reports it
+                wanted.append(keys.share_head_key(digest))
+        return [from_item(i) for i in self._db.batch_get(wanted)]
+
+    def heads_of(self, owner: str) -> list[dict[str, Any]]:
+        """Every share head whose `owner` is this user (one consistent Scan, filtered: billed on the whole table), the
+        only way to find a head whose link record is gone: nothing in the owner's partitions names it."""
+        keys.check_user_id(owner)
+        return [
+            from_item(i)
+            for page in self._db.scan_pages(
+                FilterExpression="begins_with(pk, :share) AND sk = :head AND #owner = :me",
+                ProjectionExpression="pk, sk, #owner, link_id, session_id, version, #parts",
+                ExpressionAttributeNames={"#owner": "owner", "#parts": "parts"},
+                ExpressionAttributeValues=to_item(
+                    {":share": keys.SHARE_PREFIX, ":head": keys.SHARE_HEAD_SK, ":me": owner}
+                ),
+                ConsistentRead=True,
+            )
+            for i in page
+        ]
+
+    def delete_orphan_share(self, owner: str, head: dict[str, Any]) -> bool:
+        """Delete a share (head and parts) that no live link record of its owner names, so its token stops opening
+        it (1 TransactWriteItems). False, nothing deleted, if the head changed since `check` read it or a live record
+        of it exists again."""
+        digest = str(head["pk"])[len(keys.SHARE_PREFIX) :]
+        guard = []
+        if keys.is_id(head.get("link_id")):
+            guard = [
+                {
+                    "ConditionCheck": {  # the owner's record is still gone (or revoked): the share is an orphan
+                        "TableName": self._db.table,
+                        "Key": to_item(keys.link_key(owner, head["link_id"])),
+                        "ConditionExpression": "attribute_not_exists(pk) OR revoked = :yes",
+                        "ExpressionAttributeValues": to_item({":yes": True}),
+                    }
+                }
+            ]
+        with on_condition_failed() as refused:
+            self._db.call(
+                "transact_write_items",
+                TransactItems=[
+                    *guard,
+                    {
+                        "Delete": {  # the head as check saw it: this owner's, this version (an update moved it)
+                            "TableName": self._db.table,
+                            "Key": to_item(keys.share_head_key(digest)),
+                            "ConditionExpression": "#owner = :me AND version = :v",
+                            "ExpressionAttributeNames": {"#owner": "owner"},
+                            "ExpressionAttributeValues": to_item({":me": owner, ":v": int(head.get("version", 0))}),
+                        }
+                    },
+                    *self._part_deletes(digest, int(head.get("parts", MAX_PARTS))),
+                ],
+            )
+        return not refused
+
+    def delete_dead_link(self, owner: str, link: ShareLink, *, chat_gone: bool) -> bool:
+        """Delete a link record that points at nothing, with whatever is left of its share (1 TransactWriteItems): a
+        live record whose share is gone, or a record (and share) of a chat whose meta is gone (`chat_gone`: the
+        transaction requires the meta still absent). False, nothing deleted, if the record or the chat changed."""
+        digest = link.token_hash
+        if chat_gone:
+            first = {
+                "ConditionCheck": {  # the chat is still gone: a share must not outlive its chat
+                    "TableName": self._db.table,
+                    "Key": to_item(keys.meta_key(owner, link.session_id)),
+                    "ConditionExpression": "attribute_not_exists(pk)",
+                }
+            }
+            head = {
+                "Delete": {  # the share goes with its chat, only the owner's own (a forged hash names no other's)
+                    "TableName": self._db.table,
+                    "Key": to_item(keys.share_head_key(digest)),
+                    "ConditionExpression": "attribute_not_exists(pk) OR #owner = :me",
+                    "ExpressionAttributeNames": {"#owner": "owner"},
+                    "ExpressionAttributeValues": to_item({":me": owner}),
+                }
+            }
+        else:
+            first = {
+                "ConditionCheck": {  # the share is still gone: the record is the only thing left of the link
+                    "TableName": self._db.table,
+                    "Key": to_item(keys.share_head_key(digest)),
+                    "ConditionExpression": "attribute_not_exists(pk)",
+                }
+            }
+            head = None
+        with on_condition_failed() as refused:
+            self._db.call(
+                "transact_write_items",
+                TransactItems=[
+                    first,
+                    {
+                        "Delete": {  # the record as check saw it
+                            "TableName": self._db.table,
+                            "Key": to_item(keys.link_key(owner, link.link_id)),
+                            "ConditionExpression": "token_hash = :h AND version = :v",
+                            "ExpressionAttributeValues": to_item({":h": digest, ":v": link.version}),
+                        }
+                    },
+                    *([head] if head else []),
+                    *self._part_deletes(digest, link.parts),
+                ],
+            )
+        return not refused
+
+    def _part_deletes(self, digest: str, parts: int) -> list[dict]:
+        return [
+            {"Delete": {"TableName": self._db.table, "Key": to_item(keys.share_part_key(digest, n))}}
+            for n in range(max(0, min(parts, MAX_PARTS)))
+        ]
 
     def export(self, user_id: str) -> list[dict[str, Any]]:
         """The user's links and, for live ones, the snapshot they share (export-user); never the token or its hash."""

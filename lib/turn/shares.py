@@ -32,6 +32,7 @@ from lib.storage.store import ChatStore
 SHARING_OFF = "Sharing chats by link is turned off in this deployment (CHAT_SHARING=off)."
 COPY_MODEL = "shared copy"  # a copied turn's `model`: not answered in this chat (the page shows no figures for it)
 COPY_SUFFIX = " (copy)"
+_RESTORES = 2  # an archived chat restored, and once more if it was archived again at once (as open_session)
 
 
 def copy_title(title: str) -> str:
@@ -80,11 +81,24 @@ class ShareService:
 
     def _snapshot(self, user_id: str, session_id: str) -> tuple[str, list[SharedTurn]]:
         """The caller's own chat as it is now (1 GetItem, 1 Query per 1 MB): keys from the caller's id only, so a
-        forged session id of someone else's chat is not found."""
+        forged session id of someone else's chat is not found. An archived chat is restored first, as opening it
+        does (docs/archive.md: the restore's requests are added); ArchiveUnavailable, with nothing shared and the
+        chat left archived, when its object is missing or damaged."""
         session = self.store.get_session(user_id, session_id)
         if session.temporary:
             raise TemporaryChat("A temporary chat is not kept, so it cannot be shared; export it instead.")
-        turns, _ = snapshot_turns(self.store.all_messages(user_id, session_id))
+        for attempt in range(_RESTORES):
+            if session.archive is not None:
+                self.store.archive.restore(user_id, session)
+            messages = self.store.all_messages(user_id, session_id)
+            if messages or not session.message_count or attempt == _RESTORES - 1:
+                break
+            # Turns counted but none stored: archived (again) before the Query read them (a nightly run);
+            # the meta read again (1 GetItem, on this path only) says so, and the chat is restored once more.
+            session = self.store.get_session(user_id, session_id)
+            if session.archive is None:
+                break
+        turns, _ = snapshot_turns(messages)
         if not turns:
             raise EmptyMessage("Nothing to share yet: wait until the first answer is saved.")
         return session.title, turns

@@ -262,6 +262,30 @@ class TestTheAdminCommands:
         assert store.bodies.text(ALICE, turn, "input", action="open") == "K" * 40_000
 
 
+    def test_check_reports_a_chat_whose_only_object_is_gone(self, client, table, meter, tmp_path, monkeypatch, capsys):
+        from lib import admin
+        from lib.embedded.objects import FolderObjects
+
+        folder = tmp_path / "objects"
+        monkeypatch.setenv("CHAT_TABLE", table)
+        monkeypatch.setenv("CHAT_DATA_DIR", ":memory:")
+        monkeypatch.setenv("CHAT_OBJECTS_DIR", str(folder))
+        store = store_with(client, table, meter, FolderObjects(folder))
+        session, message = store.create_session(ALICE, "K" * 40_000, system_prompt_id="p")
+        finish(store, message, "a short answer")
+        assert admin.main(["check", "--user", ALICE]) == 0
+        capsys.readouterr()
+        (path,) = [p for p in folder.rglob("*") if p.is_file() and ".tmp" not in p.parts]
+        path.unlink()  # the chat's one object: no object is left to lead the audit to this chat
+        assert admin.main(["check", "--user", ALICE]) == 1
+        out = capsys.readouterr().out
+        assert (
+            f"VIOLATION missing object: session {session.session_id} MSG#{message.message_id} input points to an "
+            "object that is not in the store"
+        ) in out
+        assert out.count("VIOLATION missing object") == 1
+
+
 class TestTheHotTierCache:
     def test_a_cached_first_page_keeps_the_pointers(self, long_store):
         from lib.hot import codec

@@ -125,7 +125,7 @@ def _check(args, settings, database, db) -> int:
         trail_ok = _print_audit_trail(trail)
     if args.all:
         print(f"{len(reports)} users, {sum(len(r.violations) for r in reports)} violations")
-    bodies = _audit_bodies(args, database)
+    bodies = _audit_bodies(args, database, reports)
     cold = _audit_archives(args, database, db)  # the cold tier (docs/archive.md)
     files = _audit_attachments(args, database)  # files attached to questions (docs/attachments.md)
     stores_ok = (bodies is None or bodies.ok) and cold.ok and (files is None or files.ok)
@@ -170,15 +170,24 @@ def _print_audit_trail(trail: Any) -> bool:
     return not trail.problems
 
 
-def _audit_bodies(args, database):
-    """The object store against the table (docs/objects.md); None without an object store."""
+def _audit_bodies(args, database, reports=()):
+    """The object store against the table (docs/objects.md), with the pointers the reports' turns hold (read by
+    the check already); None without an object store."""
     import datetime as dt
 
     from lib.storage.bodies import audit
 
     if getattr(database, "objects", None) is None:
         return None
-    found = audit(database.store().bodies, None if args.all else args.user, now=dt.datetime.now(dt.UTC))
+    known = {
+        pointer["key"]: f"session {session_id} {turn['sk']} {part}"
+        for report in reports
+        for session_id, records in report.records.items()
+        for turn in records.turns
+        for part, pointer in (("input", turn.get("input_object")), ("output", turn.get("output_object")))
+        if isinstance(pointer, dict) and isinstance(pointer.get("key"), str)
+    }
+    found = audit(database.store().bodies, None if args.all else args.user, now=dt.datetime.now(dt.UTC), known=known)
     print(
         f"object store ({database.objects.where}): {found.objects} objects, {len(found.orphans)} orphans, "
         f"{len(found.missing)} pointers to missing objects, {found.young} too new to judge"

@@ -259,9 +259,18 @@ class BodyAudit:
 ORPHAN_GRACE = _dt.timedelta(hours=1)  # a send writes its object, then commits within its deadlines (~1 min)
 
 
-def audit(bodies: Bodies, user_id: str | None, *, now: _dt.datetime, grace: _dt.timedelta = ORPHAN_GRACE) -> BodyAudit:
+def audit(
+    bodies: Bodies,
+    user_id: str | None,
+    *,
+    now: _dt.datetime,
+    grace: _dt.timedelta = ORPHAN_GRACE,
+    known: dict[str, str] | None = None,
+) -> BodyAudit:
     """The object store against the table: ListObjectsV2 of the user's prefix (or everyone's), then, per session
-    that has objects, 1 consistent Query of its partition's pointers (turns and kept versions)."""
+    that has objects, 1 consistent Query of its partition's pointers (turns and kept versions). `known`: pointers
+    the caller has read already (object key -> "session <id> <sk> <part>", from the turns `check` read), so a
+    pointer whose object is gone is reported in a chat that has no object left at all, too (no extra request)."""
     if bodies.objects is None:
         return BodyAudit(0, (), 0, (), ())
     prefix = keys.user_object_prefix(user_id) if user_id else keys.OBJECT_ROOT
@@ -293,6 +302,11 @@ def audit(bodies: Bodies, user_id: str | None, *, now: _dt.datetime, grace: _dt.
         missing += [
             f"session {session_id} {where}" for key, where in sorted(pointed.items()) if key not in present | {EVERY}
         ]
+    listed_keys = {found.key for found in listed}
+    reported = set(missing)
+    missing += [
+        where for key, where in sorted((known or {}).items()) if key not in listed_keys and where not in reported
+    ]
     return BodyAudit(len(listed), tuple(orphans), young, tuple(missing), tuple(strays), tuple(damaged))
 
 

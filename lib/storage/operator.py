@@ -29,7 +29,8 @@ CHECK_PROJECTION = (
     "expire_at, "  # an audit record's TTL: `check --all` reports one without it (lib/ops/invariants.py AuditTrail)
     "project_id, #name, last_activity_time, "  # projects (docs/projects.md): a chat's, and a project's meta and row
     "#archive, "  # the cold tier (docs/archive.md): an archived chat's turns are in its object, not missing
-    "#owner, link_id, token_hash, revoked, revoke_time, #parts"  # share links (docs/sharing.md): head and record
+    "#owner, link_id, token_hash, revoked, revoke_time, #parts, "  # share links (docs/sharing.md): head and record
+    "input_object, output_object"  # a long body's pointer (key, size, sha256; no text): `check` finds a lost object
 )
 _CHECK_NAMES = {"#status": "status", "#name": "name", "#archive": "archive", "#owner": "owner", "#parts": "parts"}
 # What a partition listing reads: keys, the session a sidebar row names (and a pinned row's last message time, which

@@ -161,6 +161,24 @@ class TestOrphans:
         assert audit(store.bodies, ALICE, now=now + dt.timedelta(hours=2)) == audit(store.bodies, None, now=now)
         assert audit(store.bodies, None, now=now).objects == 0
 
+    def test_a_finish_that_fails_after_its_object_leaves_the_turn_pending_and_an_orphan(
+        self, client, table, meter, s3, long_store
+    ):
+        session, message = long_store.create_session(ALICE, "a short question", system_prompt_id="p")
+        broken = store_with(client, "no-such-table", meter, s3)  # the UpdateItem fails after the PutObject
+        calls = ObjectCalls(meter)
+        with pytest.raises(StoreUnavailable):
+            finish(broken, message, "A" * 70_000)
+        assert calls.names == ["PutObject"]
+        (turn,) = long_store.open_session(ALICE, session.session_id).messages
+        assert turn.status == "pending" and turn.output_ref is None  # no pointer to it: never a dangling one
+        later = dt.datetime.now(dt.UTC) + dt.timedelta(hours=2)
+        (orphan,) = audit(long_store.bodies, ALICE, now=later).orphans
+        assert long_store.bodies.remove_orphans((orphan,)) == 1
+        saved = finish(long_store, message, "A" * 70_000)  # the worker's retry saves it
+        assert long_store.bodies.text(ALICE, saved, "output", action="open") == "A" * 70_000
+        assert audit(long_store.bodies, ALICE, now=later).ok
+
     def test_pointed_objects_are_not_orphans_and_a_lost_object_is_reported(self, long_store, s3):
         session, message = long_store.create_session(ALICE, "Q" * 50_000, system_prompt_id="p")
         finish(long_store, message, "A" * 70_000)
@@ -171,7 +189,6 @@ class TestOrphans:
         report = audit(long_store.bodies, ALICE, now=later)
         assert report.missing == (f"session {session.session_id} MSG#{message.message_id} input",)
         assert not report.ok
-
 
     def test_an_object_cut_short_or_replaced_is_reported_damaged(self, long_store, s3):
         session, message = long_store.create_session(ALICE, "Q" * 50_000, system_prompt_id="p")
@@ -260,7 +277,6 @@ class TestTheAdminCommands:
         assert admin.main(["check", "--user", ALICE]) == 0
         (turn,) = store.open_session(ALICE, session.session_id).messages
         assert store.bodies.text(ALICE, turn, "input", action="open") == "K" * 40_000
-
 
     def test_check_reports_a_chat_whose_only_object_is_gone(self, client, table, meter, tmp_path, monkeypatch, capsys):
         from lib import admin

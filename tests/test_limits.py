@@ -66,6 +66,9 @@ class TestABadLimitsFileIsRefusedAtStart:
             ({"users": {"a@x.com": {"day": 1, "month": "lots"}}}, "users.'a@x.com'"),
             ({"members": {"eng": "a@x.com"}}, "members.'eng'"),
             ({"members": {"eng": ["A@X.com"]}}, "members.'eng'"),
+            ({"default": {"day": 60, "month": 50}}, "default"),  # a day can never spend more than its month
+            ({"groups": {"eng": {"day": 20.01, "month": 20}}}, "groups.'eng'"),
+            ({"users": {"a@x.com": {"day": 1, "month": 0}}}, "users.'a@x.com'"),
         ],
     )
     def test_each_mistake_is_refused_naming_the_file_and_the_entry(self, tmp_path, document, entry):
@@ -73,6 +76,37 @@ class TestABadLimitsFileIsRefusedAtStart:
         with pytest.raises(ConfigError) as refused:
             load_limits(path)
         assert path in str(refused.value) and entry in str(refused.value)
+
+    @pytest.mark.parametrize(
+        "text, entry, key",
+        [
+            ('{"default": {"day": 5, "day": 500000}}', "default", "'day'"),  # json.loads alone: 500000 wins
+            ('{"default": {"day": 5}, "default": {"day": 9}}', "the document", "'default'"),
+            ('{"groups": {"eng": {"day": 5}, "eng": {"day": 50}}}', "groups", "'eng'"),
+            ('{"users": {"a@x.com": {"month": 5}, "a@x.com": {"month": 50}}}', "users", "'a@x.com'"),
+            ('{"members": {"eng": ["a@x.com"], "eng": ["b@x.com"]}}', "members", "'eng'"),
+        ],
+    )
+    def test_a_key_written_twice_is_refused_naming_it_not_last_wins(self, tmp_path, text, entry, key):
+        path = write(tmp_path, text)
+        with pytest.raises(ConfigError) as refused:
+            load_limits(path)
+        message = str(refused.value)
+        assert path in message and entry in message and key in message and "twice" in message
+
+    def test_a_day_limit_equal_to_the_month_limit_is_allowed(self, tmp_path):
+        assert load_limits(write(tmp_path, '{"default": {"day": 50, "month": 50}}')).records
+
+    def test_a_members_group_that_no_limit_of_the_file_names_is_warned_of_at_start(self, tmp_path, capsys):
+        """The Spend limits page may set that group's limit (a table record), so it is not refused; but a typo
+        ("egn" for "eng") must not pass unseen: the log names it once, at start."""
+        document = {"groups": {"eng": {"day": 20}}, "members": {"eng": ["a@x.com"], "egn": ["b@x.com"]}}
+        loaded = load_limits(write(tmp_path, json.dumps(document)))
+        assert loaded.members == {"a@x.com": ("eng",), "b@x.com": ("egn",)}
+        warned = [json.loads(line) for line in capsys.readouterr().err.splitlines() if "members_group" in line]
+        assert [(w["event"], w["group"], w["level"]) for w in warned] == [
+            ("limits.members_group_without_limit", "egn", "warning")
+        ]
 
     def test_not_a_number_is_refused_too(self, tmp_path):
         path = write(tmp_path, '{"default": {"day": NaN}}')  # Python's json reads NaN
@@ -388,6 +422,7 @@ class TestTheTablesRecords:
             ("user", "bob#SES#x", "1", ""),
             ("everyone", "", "1", ""),
             ("user", None, "1", ""),
+            ("default", "", "60", "50"),  # the file's rule too: a day limit above the month's
         ],
     )
     def test_forged_form_values_are_refused_and_nothing_is_written(self, client, table, meter, kind, name, day, month):
@@ -413,9 +448,9 @@ class TestTheTablesRecords:
 # --- through the chat service ----------------------------------------------------------------------------------
 
 
-def chat_service(client, table, meter, store, guard, ledger) -> ChatService:
+def chat_service(client, table, meter, store, guard, ledger, model=None) -> ChatService:
     s = Settings.load(env={"CHAT_MODEL_PROVIDER": "demo", "CHAT_MAX_TOKENS": str(MAX_TOKENS)}, secrets={})
-    model = DemoModel(delay_s=0)
+    model = model or DemoModel(delay_s=0)
     engine = ContextEngine(client, table, meter, model, s)
     return ChatService(s, store, model, ledger, engine, Generations(), limits=guard)
 
@@ -442,6 +477,71 @@ class TestTheChatService:
             threading.Event().wait(0.01)
         assert guard.held(U) == 0
         assert guard.spent(U).today > 0  # the turn's (demo, priced here) tokens, unflushed, are counted
+
+    def test_over_the_limit_retry_regenerate_and_edit_are_refused_and_commit_nothing(
+        self, client, table, meter, store, requests
+    ):
+        """A Retry, a Regenerate and an Edit call the model again: each is checked like a new question, so "Stop,
+        then Retry" is no way around a limit. Refused with the limit's sentence, with no write at all."""
+        guard, ledger = guard_for(client, table, meter, day_limit(100), records_ttl_s=0)
+        model = FailingFirst()
+        chat = chat_service(client, table, meter, store, guard, ledger, model=model)
+        failed = finished(chat.ask(U, None, "tell me", history=[], summary=None, cache=ContextCache()))
+        assert failed.saved.status == "failed"  # a turn with a Retry button
+        model.fail = False
+        answered = finished(chat.ask(U, None, "hello", history=[], summary=None, cache=ContextCache()))
+        assert answered.saved.status == "done"  # a turn with Regenerate and Edit
+        guard.save("boss@x.com", frozenset({"boss@x.com"}), "default", "", "0", "")  # nothing may be spent now
+        before = {sid: store.open_session(U, sid).messages for sid in (failed.session_id, answered.session_id)}
+        attempts = {
+            "retry": lambda view: chat.retry(U, view.session, view.messages[0], **kept(view)),
+            "regenerate": lambda view: chat.regenerate(U, view.session, view.messages[0], **kept(view)),
+            "edit": lambda view: chat.regenerate(U, view.session, view.messages[0], question="and now?", **kept(view)),
+        }
+        for name, attempt in attempts.items():
+            view = store.open_session(U, failed.session_id if name == "retry" else answered.session_id)
+            requests.reset()
+            with pytest.raises(SpendLimitReached, match="the default daily limit"):
+                attempt(view)
+            assert set(requests.names) <= {"Query", "BatchGetItem"}, name  # the limit's reads; no commit
+            assert guard.held(U) == 0, name
+        after = {sid: store.open_session(U, sid).messages for sid in before}
+        assert after == before  # the same turns, versions and statuses: nothing committed
+
+
+class FailingFirst(DemoModel):
+    """The demo model; while `fail`, its answer fails before the first chunk (a turn to Retry)."""
+
+    def __init__(self):
+        super().__init__(delay_s=0)
+        self.fail = True
+
+    def stream(self, prompt):
+        from lib.model.models import ModelError, Reply
+
+        reply = super().stream(prompt)
+        if not self.fail:
+            return reply
+
+        def broken():
+            raise ModelError("The model is overloaded right now. Press Retry in a moment.")
+            yield from reply
+
+        return Reply(self.name, broken())
+
+
+def finished(sent):
+    """The answer once its worker is done (its reserve released)."""
+    assert sent.live.wait(HANG_S)
+    for _ in range(HANG_S * 100):
+        if sent.live.is_done:
+            break
+        threading.Event().wait(0.01)
+    return sent.live
+
+
+def kept(view) -> dict:
+    return {"history": view.messages, "summary": None, "cache": ContextCache()}
 
 
 class TestGroupsWithoutAClaim:

@@ -178,6 +178,30 @@ class TestPurgeCoversEveryKind:
         purge_user(db, ANN, dry_run=False, deep=True)
         assert of(ANN, everything(client, table)) == []
 
+    def test_a_project_whose_list_row_was_lost_goes_with_deep_and_check_deep_sees_it_until_then(
+        self, cli, store, client, table, db, capsys
+    ):
+        """The project's meta (its name and instructions) in USER#<u>#PRJ#<id>, with no PRJ# row to find it by:
+        only the deep Scan can, so it must cover the project partitions as well as the session partitions."""
+        full_user(store, client, table)
+        project = store.projects.create(ANN, "Secret plan", "the instructions")
+        client.delete_item(
+            TableName=table, Key=to_item(keys.project_row_key(ANN, project.last_activity_time, project.project_id))
+        )
+        purge_user(db, ANN, dry_run=False)
+        left = of(ANN, everything(client, table))
+        assert [(i["pk"], i["sk"]) for i in left] == [(keys.project_pk(ANN, project.project_id), keys.PROJECT_META_SK)]
+        admin.main(["check", "--user", ANN, "--deep"])
+        checked = capsys.readouterr().out
+        assert "nothing left" not in checked and "LEFT" in checked  # the Scan sees the project partition
+        put(client, table, {**keys.registry_key(ANN), "user_id": ANN})  # still known, so a rerun is not a typo
+        dry = purge_user(db, ANN, dry_run=True, deep=True)
+        assert dry["kinds"].get(keys.PROJECT_META) == 1  # the report counts what the deep purge will delete
+        purge_user(db, ANN, dry_run=False, deep=True)
+        assert of(ANN, everything(client, table)) == []
+        assert admin.main(["check", "--user", ANN, "--deep"]) == 0
+        assert "nothing left" in capsys.readouterr().out
+
 
 def _turn(store, session) -> str:
     return store.all_messages(ANN, session.session_id)[0].message_id
@@ -202,7 +226,7 @@ class TestPurgeReportAndCheck:
         assert "usage ledger: kept" in out and "no chat text" in out
         assert admin.main(["check", "--user", ANN, "--deep"]) == 0
         checked = capsys.readouterr().out
-        assert "nothing left" in checked and "no session partition in a full Scan" in checked
+        assert "nothing left" in checked and "no session or project partition in a full Scan" in checked
 
     def test_a_users_projects_are_counted_under_readable_names(self, cli, store, client, table, capsys):
         full_user(store, client, table)

@@ -821,3 +821,40 @@ class TestALostResponse:
         with pytest.raises(StoreUnavailable, match="Nothing was shared"):
             svc.share(A, session.session_id)
         assert svc.links(A) == []
+
+
+class TestTheShareAuditTrail:
+    """Share-link audits are best effort (docs/sharing.md, docs/audit.md): written after the action, each names the
+    actor, the action and the link, never the token. A record the table refuses goes to the log instead."""
+
+    def test_create_view_and_revoke_are_in_the_days_records_with_actor_action_and_target_and_no_token(
+        self, svc, store, client, table, meter
+    ):
+        session = chat(store, A)
+        link, token = svc.share(A, session.session_id)
+        svc.open(B, token)
+        svc.revoke(A, link)
+        day = keys.day_of(keys.now())
+        records = AuditLog(client, table, meter).list_day(day, newest_first=False).records
+        shared = [(r.actor, r.action, r.target, r.outcome) for r in records if r.action.startswith("share.")]
+        assert shared == [
+            (A, "share.create", link.link_id, "ok"),
+            (B, "share.view", link.link_id, "ok"),
+            (A, "share.revoke", link.link_id, "ok"),
+        ]
+        raw = [i for i in everything(client, table) if i["pk"] == keys.audit_pk(day)]
+        assert len(raw) == 3 and token not in json.dumps(raw, default=str)  # nor in any field of any record
+
+    def test_a_record_the_table_refuses_leaves_the_link_made_and_goes_to_the_log_without_the_token(
+        self, svc, store, client, table, meter, capsys, no_backoff_sleep
+    ):
+        from tests.faults import Faults
+
+        session = chat(store, A)
+        # the audit record's PutItem fails; the share itself is a transaction
+        Faults(client).fail("PutItem", "InternalServerError", times=20)
+        link, token = svc.share(A, session.session_id)
+        assert [x.link_id for x in svc.links(A)] == [link.link_id]  # made: best effort, not refused afterwards
+        logged = capsys.readouterr().err
+        assert "share.audit_failed" in logged and link.link_id in logged and token not in logged
+        assert AuditLog(client, table, meter).list_day(keys.day_of(keys.now())).records == []

@@ -3,8 +3,9 @@
 Every record kind a user's chats produce (docs/design.md's records table) is under USER#<id> or
 USER#<id>#SES#<session>, plus the registry row (pk USERS) and the usage-ledger buckets (pk USAGE#<day>, counts
 only: no chat text; they stay unless `--usage`). A chat no sidebar row lists (a lost row, turns whose meta is
-gone) is found by its vector items, and, with `--deep`, by a Scan of the table for the user's session
-partitions: without a secondary index nothing else can find a partition nobody points to.
+gone) is found by its vector items, and, with `--deep`, by a Scan of the table for the user's session and project
+partitions (a project meta whose PRJ# row was lost): without a secondary index nothing else can find a partition
+nobody points to.
 """
 
 from __future__ import annotations
@@ -50,11 +51,22 @@ def unlisted_sessions(db: Operator, user_id: str, *, deep: bool) -> list[str]:
         except ValueError:
             continue  # a memory's vector is on its own item; anything else is left for `check` to report
     if deep:
-        for item in db.scan_records(sessions_of=user_id):
-            owner = keys.parse_pk(item["pk"])
-            if owner and owner[0] == user_id and owner[1] and keys.is_id(owner[1]):
-                found[owner[1]] = None
+        found.update(dict.fromkeys(scanned_partitions(db, user_id)[0]))
     return list(found)
+
+
+def scanned_partitions(db: Operator, user_id: str) -> tuple[list[str], list[str]]:
+    """(session ids, project ids) of every partition of the user a Scan finds (1 Scan, billed on the whole table):
+    the deep purge's way to what no row or vector names, a project meta whose PRJ# row was lost included."""
+    sessions: dict[str, None] = {}
+    projects: dict[str, None] = {}
+    for item in db.scan_user_partitions(user_id):
+        owner, project = keys.parse_pk(item["pk"]), keys.parse_project_pk(item["pk"])
+        if owner and owner[0] == user_id and owner[1] and keys.is_id(owner[1]):
+            sessions[owner[1]] = None
+        elif project and project[0] == user_id:
+            projects[project[1]] = None
+    return list(sessions), list(projects)
 
 
 def counted_already(item: Mapping[str, Any], session_ids: Iterable[str]) -> bool:
@@ -78,7 +90,8 @@ def purge_kinds(sessions: Counter, rest: Iterable[Mapping[str, Any]], registry: 
 @dataclass(frozen=True)
 class Leftovers:
     """What is left of a user: items under USER#<id>, the registry row, and (a Scan, only when asked) the user's
-    session partitions. `scanned` False: partitions nothing points to were not looked for."""
+    session and project partitions (counted in `session_partition_items`, a name kept for the --json report's
+    readers). `scanned` False: partitions nothing points to were not looked for."""
 
     user_id: str
     user_items: int
@@ -97,23 +110,23 @@ def leftovers(db: Operator, user_id: str, *, deep: bool, objects: int | None) ->
     what the object store still holds under the user's prefix (counted by the caller: Bodies.left), None when the
     app has no object store (then no line may claim there is no object)."""
     user_items = db.user_partition(user_id)
-    partition_items = sum(1 for _ in db.scan_records(sessions_of=user_id)) if deep else 0
+    partition_items = sum(1 for _ in db.scan_user_partitions(user_id)) if deep else 0
     return Leftovers(user_id, len(user_items), db.registry_entry(user_id) is not None, partition_items, deep, objects)
 
 
 def leftovers_line(left: Leftovers) -> str:
     if left.nothing:
         where = (
-            "and no session partition in a full Scan of the table"
+            "and no session or project partition in a full Scan of the table"
             if left.scanned
-            else "(a session partition nothing points to would need --deep's Scan)"
+            else "(a session or project partition nothing points to would need --deep's Scan)"
         )
         objects = "no object" if left.objects is not None else "no object store is configured"
         return f"{left.user_id}: nothing left: no item under USER#{left.user_id}, no registry row, {objects} {where}"
     objects = f"{left.objects} objects" if left.objects is not None else "no object store"
     return (
         f"{left.user_id}: LEFT: {left.user_items} items under USER#{left.user_id}, registry row "
-        f"{'present' if left.registry else 'absent'}, {left.session_partition_items} session-partition items, "
+        f"{'present' if left.registry else 'absent'}, {left.session_partition_items} session- or project-partition items, "
         f"{objects}" + ("" if left.scanned else " (not scanned)")
     )
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from lib.errors import NoSuchUser, SessionNotFound
 from lib.export import to_json, to_markdown
-from lib.ops.audit_report import counted_already, purge_kinds, unlisted_sessions
+from lib.ops.audit_report import counted_already, purge_kinds, scanned_partitions, unlisted_sessions
 from lib.ops.deletion import delete_sessions
 from lib.storage import keys
 from lib.storage.archive import ArchivedChat
@@ -92,7 +92,8 @@ def purge_user(
     """Delete every item of the user: sessions (rows first), then the rest of their partition (memories,
     vectors), the registry entry and, with `usage`, their usage buckets. Resumable; returns counts, and `kinds`:
     the items by record kind (the purge report). Chats no sidebar row lists are found by their vector items and,
-    with `deep`, by a Scan of the table (lib.ops.audit_report.unlisted_sessions).
+    with `deep`, by a Scan of the table (lib.ops.audit_report.scanned_partitions), which also finds a project
+    partition (its meta: name and instructions) whose PRJ# row was lost.
 
     NoSuchUser, before anything is deleted, for an id with none of these (a typo must not read as success)."""
     rows = db.chat_rows(user_id)  # temporary chats too: purge leaves nothing for TTL to find later
@@ -102,9 +103,11 @@ def purge_user(
         days = [(today - dt.timedelta(days=n)).isoformat() for n in range(USAGE_LOOKBACK_DAYS)]
         buckets = db.usage_bucket_keys(user_id, days)
     listed = {r["session_id"] for r in rows if "session_id" in r}
-    unlisted = [s for s in unlisted_sessions(db, user_id, deep=deep) if s not in listed]
+    scanned, scanned_projects = scanned_partitions(db, user_id) if deep else ([], [])  # 1 Scan, only when asked
+    unlisted = [s for s in dict.fromkeys([*unlisted_sessions(db, user_id, deep=False), *scanned]) if s not in listed]
     registry = db.registry_entry(user_id)
-    if not rows and not buckets and not unlisted and registry is None and not db.user_partition(user_id):
+    nothing = not rows and not buckets and not unlisted and not scanned_projects and registry is None
+    if nothing and not db.user_partition(user_id):
         what = "registry entry, chat, memory or usage bucket" if usage else "registry entry, chat or memory"
         raise NoSuchUser(f"no such user {user_id!r}: the table holds no {what} of that id; nothing was deleted.")
     deleted = delete_sessions(db, user_id, [*listed, *unlisted], dry_run=dry_run, show_progress=True)
@@ -115,7 +118,9 @@ def purge_user(
     # after a real deletion only memories, vectors and the like are left; a dry run still sees the rows
     rest = [i for i in db.user_partition(user_id) if not (dry_run and counted_already(i, deleted.session_ids))]
     # Each project's partition (its meta with the instructions, any chat row left): found by the project rows
-    projects = [i for p in _project_ids(rest) for i in db.project_records(user_id, p)]
+    # and, with `deep`, by the Scan (a partition whose row was lost)
+    project_ids = dict.fromkeys([*_project_ids(rest), *scanned_projects])
+    projects = [i for p in project_ids for i in db.project_records(user_id, p)]
     rest = [*projects, *rest]  # partitions before the rows that find them: a crash in between is resumed
     counts = {
         "sessions": deleted.sessions,

@@ -847,6 +847,11 @@ def project_pk(user_id: str, project_id: str) -> str:
     return f"{user_pk(user_id)}#{PROJECT_PREFIX}{_project_id(project_id)}"
 
 
+def project_partition_prefix(user_id: str) -> str:
+    """The prefix every project partition of a user starts with (the deep Scan of purge-user and check --user)."""
+    return f"{user_pk(user_id)}#{PROJECT_PREFIX}"
+
+
 def project_meta_key(user_id: str, project_id: str) -> dict[str, str]:
     """The project record, found by id: name, instructions, create and last activity times."""
     return {"pk": project_pk(user_id, project_id), "sk": PROJECT_META_SK}

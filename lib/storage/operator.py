@@ -180,6 +180,24 @@ class Operator:
         ):
             yield from (from_item(i) for i in page)
 
+    def scan_user_partitions(self, user_id: str) -> Iterator[dict[str, Any]]:
+        """Every item of the user's session and project partitions (USER#<u>#SES#..., USER#<u>#PRJ#...) without
+        bodies: one consistent Scan, filtered (billed on the whole table). purge-user --deep and check --user
+        --deep: what no row or vector points to any more (a project meta whose PRJ# row was lost) is found here."""
+        params = {
+            "FilterExpression": "begins_with(pk, :sessions) OR begins_with(pk, :projects)",
+            "ExpressionAttributeValues": to_item(
+                {
+                    ":sessions": keys.session_partition_prefix(user_id),
+                    ":projects": keys.project_partition_prefix(user_id),
+                }
+            ),
+        }
+        for page in self._db.scan_pages(
+            ConsistentRead=True, ProjectionExpression=CHECK_PROJECTION, ExpressionAttributeNames=_CHECK_NAMES, **params
+        ):
+            yield from (from_item(i) for i in page)
+
     def project_records(self, user_id: str, project_id: str) -> list[dict[str, Any]]:
         """Every item of one project partition (its meta and its chats' rows), without instructions (the checker
         and purge read it; CHECK_PROJECTION)."""

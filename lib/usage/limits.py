@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lib import logs
 from lib.errors import ConfigError, InvalidUserId
 from lib.storage import keys
 from lib.storage.limits import LimitRecord
@@ -101,10 +102,45 @@ def check_group(name: object) -> str:
         raise ValueError(str(exc)) from None
 
 
+class _Read(dict):
+    """A JSON object as read, with the keys it held more than once (json.loads alone keeps the last silently:
+    "day": 5 then "day": 500000 would be a limit of 500000)."""
+
+    twice: tuple[str, ...] = ()
+
+
+def _pairs(pairs: list[tuple[str, Any]]) -> _Read:
+    read, twice = _Read(), []
+    for key, value in pairs:
+        if key in read and key not in twice:
+            twice.append(key)
+        read[key] = value
+    read.twice = tuple(twice)
+    return read
+
+
+def written_twice(table: object) -> str | None:
+    """'the key 'day' is written twice ...' for a table of the file that held a key more than once, else None."""
+    twice = getattr(table, "twice", ())
+    if not twice:
+        return None
+    return f"the key {twice[0]!r} is written twice (only one may be given: which was meant?)"
+
+
+def check_periods(day: float | None, month: float | None) -> None:
+    """ValueError when a scope's day limit is larger than its month limit (a day is part of its month: a typo)."""
+    if day is not None and month is not None and day > month:
+        raise ValueError(
+            f"the day limit ({day:g}) is larger than the month limit ({month:g}): a day is part of its month"
+        )
+
+
 def check_entry(entry: object) -> tuple[float | None, float | None]:
     """(day, month) of one scope's entry {"day": 5, "month": 50}; ValueError naming a bad key or value."""
     if not isinstance(entry, Mapping):
         raise ValueError(f'must be a table like {{"day": 5, "month": 50}}, not {entry!r}')
+    if written_twice(entry):
+        raise ValueError(written_twice(entry))
     unknown = [k for k in entry if k not in PERIODS]
     if unknown:
         raise ValueError(f"unknown key {unknown[0]!r} (a limit has only 'day' and 'month')")
@@ -115,6 +151,7 @@ def check_entry(entry: object) -> tuple[float | None, float | None]:
                 found[period] = check_amount(entry[period])
             except ValueError as exc:
                 raise ValueError(f"{period} {exc}") from None
+    check_periods(found.get("day"), found.get("month"))
     return found.get("day"), found.get("month")
 
 
@@ -126,6 +163,8 @@ def parse_limits(data: object, path: str = "") -> LimitsFile:
 
     if not isinstance(data, Mapping):
         raise refuse("the document", "must be a table with 'default', 'groups', 'users' and/or 'members'")
+    if written_twice(data):
+        raise refuse("the document", written_twice(data))
     for key in data:
         if key not in TOP_KEYS:
             raise refuse(repr(key), f"unknown key (allowed: {', '.join(TOP_KEYS)})")
@@ -140,6 +179,8 @@ def parse_limits(data: object, path: str = "") -> LimitsFile:
         entries = data.get(section, {})
         if not isinstance(entries, Mapping):
             raise refuse(section, "must be a table of names to limits")
+        if written_twice(entries):
+            raise refuse(section, written_twice(entries))
         for name, entry in entries.items():
             try:
                 check(name)
@@ -154,6 +195,8 @@ def parse_limits(data: object, path: str = "") -> LimitsFile:
     listed = data.get("members", {})
     if not isinstance(listed, Mapping):
         raise refuse("members", 'must be a table of group names to lists of user ids: {"eng": ["a@x.com"]}')
+    if written_twice(listed):
+        raise refuse("members", written_twice(listed))
     for group, users in listed.items():
         try:
             check_group(group)
@@ -167,6 +210,10 @@ def parse_limits(data: object, path: str = "") -> LimitsFile:
             except ValueError as exc:
                 raise refuse(f"members.{group!r}", str(exc)) from None
             members.setdefault(user, set()).add(group)
+        if ("group", group) not in records:
+            # Not refused: the Spend limits page may set this group's limit (a table record, unknown before the
+            # database opens). But a typo ("egn" for "eng") would silently put its users under the default.
+            logs.warning("limits.members_group_without_limit", group=group, users=len(users))
     return LimitsFile(path, records, {u: tuple(sorted(g)) for u, g in members.items()})
 
 
@@ -179,7 +226,8 @@ def load_limits(path: str) -> LimitsFile:
     except OSError as exc:
         raise ConfigError(f"CHAT_SPEND_LIMITS file {path} cannot be read: {exc.strerror or exc}.") from None
     try:
-        data: Any = tomllib.loads(text) if path.endswith(".toml") else json.loads(text)
+        # TOML refuses a key written twice itself; JSON keeps the last silently, so its objects record them.
+        data: Any = tomllib.loads(text) if path.endswith(".toml") else json.loads(text, object_pairs_hook=_pairs)
     except (tomllib.TOMLDecodeError, ValueError) as exc:
         kind = "TOML" if path.endswith(".toml") else "JSON"
         raise ConfigError(f"CHAT_SPEND_LIMITS file {path} is not valid {kind}: {exc}.") from None

@@ -41,6 +41,7 @@ from lib.usage.limits import (
     Limit,
     LimitsFile,
     check_group,
+    check_periods,
     check_user,
     effective,
     parse_amount,
@@ -348,6 +349,10 @@ class SpendGuard:
             raise InvalidLimit(f"A limit {exc}: enter USD from 0 to 1,000,000, or leave it empty.") from None
         if record.day is None and record.month is None:
             raise InvalidLimit("Enter a daily or a monthly limit (or both); to remove a scope's limits, use Remove.")
+        try:
+            check_periods(record.day, record.month)  # the limits file's rule too (docs/limits.md)
+        except ValueError as exc:
+            raise InvalidLimit(f"Not saved: {exc}.") from None
         self.records.put(record, actor=actor)
         self._forget_records()
         return record

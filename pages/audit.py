@@ -21,8 +21,9 @@ if me.user_id not in svc.settings.admin_ids:
     st.stop()
 
 st.caption(
-    "Every admin command (`python -m lib.admin`), admin page view, spend-limit change and share link made, viewed "
-    "or revoked, newest first. Records are kept "
+    "Every admin command (`python -m lib.admin`), admin page view and spend-limit change, newest first, and the "
+    "share links made, viewed or revoked (those recorded after the action: a link works even if its record could "
+    "not be written, and the log says so). Records are kept "
     f"{svc.settings.audit_days} days (CHAT_AUDIT_DAYS). Opening a range here is recorded too."
 )
 today = dt.datetime.now(dt.timezone.utc).date()
@@ -50,7 +51,8 @@ actor = actor_col.text_input("Actor contains")
 action = action_col.text_input("Action contains")
 target = target_col.text_input("Target contains")
 table = audit_view.frame(records, actor=actor, action=action, target=target)
-st.caption(f"{len(table)} of {len(records)} records on {len(days)} days.")
+span = f"on {days[0]}" if len(days) == 1 else f"from {days[-1]} to {days[0]} ({len(days)} days)"
+st.caption(f"{len(table)} of the {len(records)} records {span} match.")
 if table.empty:
     st.caption("No audit record matches.")
 else:

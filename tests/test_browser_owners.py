@@ -149,7 +149,7 @@ def test_limit_set_by_an_admin_warns_then_refuses_the_user_and_the_audit_trail_s
     text = refusal.inner_text()
     assert "your own daily limit of $0.50" in text and "is left" in text and "midnight UTC (in " in text, text
     kept = user.get_by_label(
-        "Your message was not sent. Copy it, change what the reason above asks, then send it again:"
+        "Your message was not sent; it is kept here. Copy it, or send it again once the reason above allows:"
     )
     # The box is drawn, then filled: wait for its value rather than read it the moment it appears.
     expect(kept).to_have_value(REFUSED, timeout=HANG_MS)
@@ -179,7 +179,7 @@ def test_limit_set_by_an_admin_warns_then_refuses_the_user_and_the_audit_trail_s
     admin.goto(f"{app}/limits")
     admin.get_by_text("Spend by user").wait_for(timeout=HANG_MS)
     idle(admin)
-    assert cell(admin, USER) == USER and cell(admin, f"{share} of the day's") == f"{share} of the day's"
+    assert cell(admin, USER) == USER and cell(admin, f"{share} of the daily limit") == f"{share} of the daily limit"
     assert cell(admin, spent) == spent
     shot(admin, "limits-spend-admin")
 

@@ -78,6 +78,24 @@ class TestTheLimitsPage:
         mine = [(r.action, r.target, r.outcome) for r in records if r.action == "limits.set"]
         assert mine == [("limits.set", "Group eng", "started"), ("limits.set", "Group eng", "ok")]
 
+    def test_a_user_given_a_limit_is_listed_with_it_at_once(self, env, monkeypatch):
+        monkeypatch.setenv("CHAT_ADMINS", DEV)
+        env({"default": {"day": 5}})
+        spend(0.01)  # the admin's own usage: the page's spend figures are read with it
+        at = page("pages/limits.py")
+        assert "kim@example.com" not in at.dataframe[1].value["User"].tolist()
+        at.selectbox(key="limit-kind").set_value("user")
+        at.text_input(key="limit-name").input("kim@example.com")
+        at.text_input(key="limit-day").input("0.50")
+        (save,) = [b for b in at.button if b.label == "Save"]
+        save.click().run()
+        assert not at.exception, at.exception
+        scopes, users = (d.value for d in at.dataframe)
+        kim = scopes[scopes["Scope"] == "User kim@example.com"].iloc[0]
+        assert kim["Spent today"] == "$0"  # her figure, read again with her new limit; not "applies to no one"
+        row = users[users["User"] == "kim@example.com"].iloc[0]
+        assert row["Daily limit"] == "$0.50 (own)"
+
     @pytest.mark.parametrize("day", ["-5", "1e9", "nan", "five", "1_000_000_000"])
     def test_forged_or_mistyped_amounts_are_refused_on_the_server_and_nothing_is_saved(self, env, monkeypatch, day):
         monkeypatch.setenv("CHAT_ADMINS", DEV)
@@ -175,7 +193,7 @@ class TestTheLimitsPageShowsSpendAndIsAudited:
         assert list(users) == [DEV, "lee@example.com", "kim@example.com"]  # the month's highest first
         assert users[DEV]["Spent today"] == "$1.25" and users[DEV]["Daily limit"] == "$5.00 (default)"
         assert users["kim@example.com"]["Daily limit"] == "$2.00 (own)"
-        assert users["kim@example.com"]["Used"] == "25% of the day's"
+        assert users["kim@example.com"]["Used"] == "25% of the daily limit"
 
     def test_the_page_says_the_offline_demo_model_is_free_so_limits_never_bite(self, env, monkeypatch):
         monkeypatch.setenv("CHAT_ADMINS", DEV)

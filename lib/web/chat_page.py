@@ -588,7 +588,7 @@ class ChatPage(LiveTurns, Steering):
             if st.session_state.get(UNSENT_REASON):
                 st.error(attachment_view.names_plain(st.session_state[UNSENT_REASON]), icon=":material/error:")
             st.text_area(
-                "Your message was not sent. Copy it, change what the reason above asks, then send it again:",
+                "Your message was not sent; it is kept here. Copy it, or send it again once the reason above allows:",
                 value=unsent,
                 height=150,
             )

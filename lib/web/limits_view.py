@@ -197,7 +197,7 @@ def _used(row: UserSpend) -> str:
         limit = row.limits.get(period)
         if limit is not None:
             share = used / limit.amount if limit.amount else (1.0 if used > 0 else 0.0)
-            shares.append((share, "of the day's" if period == "day" else "of the month's"))
+            shares.append((share, "of the daily limit" if period == "day" else "of the monthly limit"))
     if not shares:
         return ""
     share, which = max(shares)
@@ -300,6 +300,7 @@ def admin_page(svc: Any, me: Any) -> None:
             st.error(str(exc), icon=":material/error:")
         else:
             st.session_state[SAVED] = f"Saved: {target}."
+            st.session_state.pop(SPEND, None)  # read again: who a limit applies to, and each user's, changed
             st.rerun()  # the table above shows the new limit
 
     if table:
@@ -324,4 +325,5 @@ def admin_page(svc: Any, me: Any) -> None:
             except ChatError as exc:
                 st.error(str(exc), icon=":material/error:")
             else:
+                st.session_state.pop(SPEND, None)  # read again: the limits that apply changed
                 st.rerun()

@@ -246,6 +246,93 @@ def main() -> None:
         lambda: store.attachments.read(USER, with_files.session_id, message.attachments[0], action="attachment"),
     )
 
+    # --- Pins, projects and share links: the docs' request rows not measured above (docs/projects.md,
+    # docs/sharing.md) --------------------------------------------------------------------------------------------
+    from lib.config import Settings
+    from lib.context.cache import ContextCache
+    from lib.context.engine import ContextEngine
+    from lib.turn.shares import ShareService
+
+    settings = Settings.load(env={"CHAT_SHARING": "on"}, secrets={})
+    client, table = store._db.client, store._db.table
+    engine = ContextEngine(client, table, meter, None, settings)  # the page's engine: the prompt's project read
+    organized = store.projects.create(USER, "Organized", "Answer in short sentences.")
+    chat_in, question = store.create_session(
+        USER, "In a project", system_prompt_id="default-v1", project_id=organized.project_id
+    )
+    finish(question, size=600)
+    cache = ContextCache()  # one browser session's
+    measure(
+        "project: instructions, first question of a browser session",
+        lambda: engine.project(cache, USER, organized.project_id),
+    )
+    measure("project: instructions, a later question", lambda: engine.project(cache, USER, organized.project_id))
+    measure(
+        "project: Edit project opened (first read of the session)",
+        lambda: engine.project(ContextCache(), USER, organized.project_id),
+    )
+    measure("project: Edit project opened (read already)", lambda: engine.project(cache, USER, organized.project_id))
+    chat_in = store.get_session(USER, chat_in.session_id)
+    measure("rename a project chat", lambda: store.rename_session(USER, chat_in, "Renamed in a project"))
+    # ?project=<id> (lib/web/project_view.py _follow_address): its chats; + 1 GetItem when it is not listed
+    measure("project: open from the address (listed)", lambda: store.projects.chats(USER, organized.project_id))
+    measure(
+        "project: open from the address (not listed)",
+        lambda: (store.projects.get(USER, organized.project_id), store.projects.chats(USER, organized.project_id)),
+    )
+    # Continue in my own chat: a one-turn share of short turns, copied into the viewer's own new chat (no vector
+    # index here: the + 1 PutItem of the vector is not counted)
+    sharing = ShareService(settings, store, shares)
+    short, first = store.create_session(USER, "Copy me", system_prompt_id="default-v1")
+    finish(first, size=600)
+    _, short_token = sharing.share(USER, short.session_id)
+    measure(
+        "share: Continue in my own chat (1 short turn)",
+        lambda: sharing.continue_in_own("viewer@example.com", short_token),
+    )
+    # --- end of pins, projects and share links ----------------------------------------------------------------------
+
+    # --- Spend limits (docs/limits.md): a send with CHAT_SPEND_LIMITS set and a generous limit. A later turn of
+    # the UTC day, in this process: the check reads today's usage bucket alone (the month's earlier days were read
+    # by the day's first turn, the LIMITS records are cached for 60 s) -----------------------------------------
+    import tempfile
+
+    from lib.model.models import Usage as TokenUsage
+    from lib.storage.limits import LimitRecords
+    from lib.storage.usage import UsageBuckets
+    from lib.usage.ledger import Ledger
+    from lib.usage.limits import load_limits
+    from lib.usage.pricing import Prices
+    from lib.usage.spend import SpendGuard
+
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as limits_file:
+        limits_file.write('{"default": {"day": 1000, "month": 10000}}')  # generous: never refused here
+    limit_db = store._db.client, store._db.table, meter
+    ledger = Ledger(*limit_db, flush_interval_s=3600)
+    guard = SpendGuard(
+        ledger,
+        LimitRecords(*limit_db),
+        UsageBuckets(*limit_db),
+        Prices(0.0, 0.0, 0.0, {"m": (3.0, 15.0)}),
+        file=load_limits(limits_file.name),
+        max_tokens=1000,
+    )
+    Path(limits_file.name).unlink()
+    ledger.record_tokens(USER, "m", TokenUsage(input_tokens=700, output_tokens=120))
+    ledger.flush()  # today's bucket exists, as after any earlier turn
+    with guard.reserved(USER, "m", 700):  # the day's first checked turn: the LIMITS Query and the month's buckets
+        pass
+
+    limited = store.get_session(USER, session.session_id)  # the chat as it is now (renamed above)
+
+    def send_with_limit():
+        with guard.reserved(USER, "m", 700):
+            return store.send_message(USER, limited, "and with a limit?", system_prompt_id="default-v1")
+
+    _, message = measure("send with a spend limit", send_with_limit)
+    finish(message)
+    # --- end of spend limits -------------------------------------------------------------------------------------
+
     budget = {
         "sidebar (20 sessions)": (1, "Query", 0, 1),
         "open (meta + 20 turns)": (1, "Query", 0, 21),
@@ -306,6 +393,23 @@ def main() -> None:
             28,
             5,
         ),
+        # --- pins, projects and share links (docs/projects.md, docs/sharing.md) ---
+        # the project meta, consistent, once per browser session and project: later questions read the cache
+        "project: instructions, first question of a browser session": (1, "GetItem", 0, 1),
+        "project: instructions, a later question": (0, "", 0, 0),
+        # the prompt's own read (the same cache): none when a question has read it already
+        "project: Edit project opened (first read of the session)": (1, "GetItem", 0, 1),
+        "project: Edit project opened (read already)": (0, "", 0, 0),
+        "rename a project chat": (1, "TransactWriteItems", 6, 0),  # the rename's 4 + the project chat row's title
+        "project: open from the address (listed)": (1, "Query", 0, 1),
+        "project: open from the address (not listed)": (2, "GetItem+Query", 0, 2),  # past 100, or none: refused
+        # the snapshot again, the check for an earlier copy, the turn's create (8) and its finish (1)
+        "share: Continue in my own chat (1 short turn)": (4, "Query+GetItem+TransactWriteItems+UpdateItem", 9, 2),
+        # --- end of pins, projects and share links ---
+        # --- spend limits (docs/limits.md) ---
+        # the send's transaction and the check's one read: today's bucket alone (eventually consistent, < 4 KB)
+        "send with a spend limit": (2, "BatchGetItem+TransactWriteItems", 8, 0.5),
+        # --- end of spend limits ---
     }
     rows, ok = [], True
     for action, (requests, operation, wru, rru) in budget.items():
@@ -319,7 +423,7 @@ def main() -> None:
                 got[1],
                 got[2],
                 got[3],
-                f"{requests} {operation}, {wru} WRU, {rru} RRU",
+                f"{requests} {operation or 'requests'}, {wru} WRU, {rru} RRU",
                 "yes" if match else "NO",
             ]
         )

@@ -455,6 +455,13 @@ class ChatPage(LiveTurns, Steering):
             if sent.waited:
                 st.toast("Sent once the answer above was saved.", icon=":material/schedule_send:")
             self.view.committed(sent.session, sent.message)
+            # The ask may have moved its project up the list (ChatService touch, into this session's cache): the
+            # sidebar's list shows it in its new place (no request), redrawn once the answer is saved
+            project = self.cache.projects.get((self.me.user_id, sent.session.project_id))
+            row = next((p for p in self.view.projects or [] if project and p.project_id == project.project_id), None)
+            if row is not None and project.last_activity_time > row.last_activity_time:
+                self.view.project_saved(project)
+                in_place = False
             st.query_params["session"] = sent.session.session_id
             if first:
                 self.view.version = sent.version  # a chat just created: nobody else can have written to it

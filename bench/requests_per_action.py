@@ -246,6 +246,30 @@ def main() -> None:
         lambda: store.attachments.read(USER, with_files.session_id, message.attachments[0], action="attachment"),
     )
 
+    # --- Long questions and answers (docs/objects.md): a body over 16 KB goes to the object store before the write
+    # that points at it; the item keeps its first 4 KB and the pointer; a page reads it whole only on "Show all".
+    store.bodies.objects = ObjectStore(MemoryObjects(), meter)
+    document = "A clause of the contract, numbered and dated.\n" * 22_000  # about 1 MB
+    long_one, pasted = measure(
+        "create with a 1 MB question",
+        lambda: store.create_session(USER, document, system_prompt_id="default-v1"),
+    )
+    measure(
+        "finish with a 100 KB answer",
+        lambda: store.finish_message(
+            USER,
+            pasted,
+            output_body="An answer line.\n" * 6_400,
+            input_token=12,
+            output_token=900,
+            response_start_time=pasted.create_time,
+            response_end_time=keys.now(),
+        ),
+    )
+    (opened,) = measure("open a chat of 1 long turn", lambda: store.open_session(USER, long_one.session_id)).messages
+    measure("Show all (a 1 MB question)", lambda: store.bodies.text(USER, opened, "input", action="open"))
+    measure("export a chat of 1 long turn", lambda: store.all_messages(USER, long_one.session_id))
+
     # --- Pins, projects and share links: the docs' request rows not measured above (docs/projects.md,
     # docs/sharing.md) --------------------------------------------------------------------------------------------
     from lib.config import Settings
@@ -393,6 +417,16 @@ def main() -> None:
             28,
             5,
         ),
+        # --- long bodies (docs/objects.md) ---
+        # PutObject of the body, then the create's transaction: the question's item holds its 4 KB preview and
+        # the pointer (5 KB: 5 WRU, doubled in a transaction), with the meta, the row and the registry (2 each)
+        "create with a 1 MB question": (2, "PutObject+TransactWriteItems", 16, 0),
+        # PutObject of the answer, then the finish: the item with both 4 KB previews and their pointers (8.x KB)
+        "finish with a 100 KB answer": (2, "PutObject+UpdateItem", 9, 0),
+        "open a chat of 1 long turn": (1, "Query", 0, 3),  # the meta and the 8.x KB turn, consistent: no object read
+        "Show all (a 1 MB question)": (1, "GetObject", 0, 0),  # checked against its sha256
+        "export a chat of 1 long turn": (3, "Query+GetObject", 0, 3),  # the turns, then each long body whole
+        # --- end of long bodies ---
         # --- pins, projects and share links (docs/projects.md, docs/sharing.md) ---
         # the project meta, consistent, once per browser session and project: later questions read the cache
         "project: instructions, first question of a browser session": (1, "GetItem", 0, 1),

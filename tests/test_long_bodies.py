@@ -179,6 +179,19 @@ class TestOrphans:
         assert long_store.bodies.text(ALICE, saved, "output", action="open") == "A" * 70_000
         assert audit(long_store.bodies, ALICE, now=later).ok
 
+    def test_a_chat_read_while_an_archive_deletes_its_turns_keeps_every_object(self, client, table, long_store, s3):
+        # What a Query meets when an archive marks the meta and deletes the turns while it reads: the meta as it was
+        # (turns, no archive pointer) and no turn. Its objects are the chat's, archived: never orphans.
+        session, message = long_store.create_session(ALICE, "Q" * 50_000, system_prompt_id="p")
+        finish(long_store, message, "a short answer")
+        key = keys.message_key(ALICE, session.session_id, message.message_id)
+        client.delete_item(TableName=table, Key={k: {"S": v} for k, v in key.items()})
+        later = dt.datetime.now(dt.UTC) + dt.timedelta(hours=2)
+        report = audit(long_store.bodies, ALICE, now=later)
+        assert report.objects == 1 and report.orphans == () and report.missing == ()
+        (stored,) = [o for page in s3.list_pages(keys.user_object_prefix(ALICE)) for o in page]
+        assert long_store.bodies.remove_orphans((stored,)) == 0  # repair's own read keeps it too
+
     def test_pointed_objects_are_not_orphans_and_a_lost_object_is_reported(self, long_store, s3):
         session, message = long_store.create_session(ALICE, "Q" * 50_000, system_prompt_id="p")
         finish(long_store, message, "A" * 70_000)
@@ -335,20 +348,26 @@ class TestTheHotTierCache:
 
 
 class TestAFollowUpAboutADocument:
-    """A follow-up is asked with the earlier pasted document read whole where it could fit the budget (1 GetObject);
-    one too large for it is sent as its beginning, and the context's note and record say so."""
+    """A follow-up is asked with the earlier pasted document read whole where the turn then fits its share of the
+    budget (1 GetObject); one too large for it is sent as its beginning, the thread kept, and the context's note
+    and record say so."""
 
-    def ask_after(self, client, table, long_store, meter, document, budget):
+    def ask_after(self, client, table, long_store, meter, document, budget, before=()):
         from lib.context.cache import ContextCache
         from lib.context.engine import ContextEngine
         from lib.model.models import DemoModel
         from lib.turn.turns import begin_turn
         from tests.test_context_engine import settings
 
-        session, message = long_store.create_session(ALICE, document, system_prompt_id="default-v1")
-        finish(long_store, message, "I have read the contract.")
+        session = None
+        for question in (*before, document):
+            if session is None:
+                session, message = long_store.create_session(ALICE, question, system_prompt_id="default-v1")
+            else:
+                session, message = long_store.send_message(ALICE, session, question, system_prompt_id="default-v1")
+            finish(long_store, message, f"An answer to question {len(question)}.")
         view = long_store.open_session(ALICE, session.session_id)
-        assert view.messages[0].partial("input")  # the page holds its beginning only
+        assert view.messages[-1].partial("input")  # the page holds the document's beginning only
         engine = ContextEngine(client, table, meter, DemoModel(delay_s=0), settings())
         calls = ObjectCalls(meter)
         turn = begin_turn(
@@ -368,8 +387,8 @@ class TestAFollowUpAboutADocument:
         return turn.context, sent, calls.names
 
     def test_a_document_that_fits_is_sent_whole(self, client, table, long_store, meter):
-        document = "Clause: the supplier delivers on time.\n" * 1_000 + "LAST-CLAUSE-7Q: notice is 90 days."
-        assert INLINE_BODY_BYTES < len(document) < 4 * 24_000
+        document = "Clause: the supplier delivers on time.\n" * 500 + "LAST-CLAUSE-7Q: notice is 90 days."
+        assert INLINE_BODY_BYTES < len(document)  # in the object store; about 4,900 tokens, under 0.3 of 24,000
         context, sent, calls = self.ask_after(client, table, long_store, meter, document, 24_000)
         assert calls == ["GetObject"]
         assert "LAST-CLAUSE-7Q" in sent and document in sent
@@ -380,8 +399,20 @@ class TestAFollowUpAboutADocument:
     ):
         document = "Clause: the supplier delivers on time.\n" * 3_000 + "LAST-CLAUSE-7Q: notice is 90 days."
         context, sent, calls = self.ask_after(client, table, long_store, meter, document, 24_000)
-        assert calls == []  # more than the budget could hold: not read
+        assert calls == []  # more than its share of the budget could hold: not read
         assert "LAST-CLAUSE-7Q" not in sent
         turn = next(s for s in context.sources if s.kind == "turn")
         assert turn.excerpt
         assert "1 earlier message too long to send whole was sent as its first 4 KB" in context.note
+
+    def test_a_document_read_and_found_too_long_in_tokens_keeps_the_thread(self, client, table, long_store, meter):
+        # CJK text: about 3 bytes a token, so its size passes the read's bound (4 bytes a token) but its tokens
+        # do not fit; sent whole it would push every turn out (the newest turn first, then those before it)
+        document = "部署窗口数据库" * 1_100 + "LAST-CLAUSE-7Q"
+        before = ("Which team owns the contract?", "When does it start?", "Who signs it?")
+        context, sent, calls = self.ask_after(client, table, long_store, meter, document, 24_000, before)
+        assert calls == ["GetObject"]
+        assert "LAST-CLAUSE-7Q" not in sent
+        turns = [s for s in context.sources if s.kind == "turn"]
+        assert len(turns) == 4 and turns[-1].excerpt  # the thread, with the document's beginning, marked cut
+        assert all(question in sent for question in before)

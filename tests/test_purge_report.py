@@ -202,6 +202,18 @@ class TestPurgeCoversEveryKind:
         assert admin.main(["check", "--user", ANN, "--deep"]) == 0
         assert "nothing left" in capsys.readouterr().out
 
+    def test_check_deep_reports_a_lost_project_row_of_a_user_who_still_has_chats(self, store, client, table, db):
+        from lib.ops.invariants import check_user
+
+        full_user(store, client, table)
+        project = store.projects.create(ANN, "Secret plan", "the instructions")
+        client.delete_item(
+            TableName=table, Key=to_item(keys.project_row_key(ANN, project.last_activity_time, project.project_id))
+        )
+        assert check_user(client, table, ANN, db=db).ok  # nothing in the user's partition names it any more
+        deep = check_user(client, table, ANN, db=db, deep=True)
+        assert not deep.ok and any(project.project_id in v for v in deep.violations), deep.violations
+
 
 def _turn(store, session) -> str:
     return store.all_messages(ANN, session.session_id)[0].message_id

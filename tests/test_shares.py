@@ -394,6 +394,29 @@ class TestAnArchivedChat:
         assert (link.turns, len(reads)) == (2, 2)
         assert [t.answer for t in service(client, table, meter, cold).open(B, token).turns] == ["answer 0", "answer 1"]
 
+    def test_a_chat_archived_while_its_turns_are_read_is_never_shared_in_part(
+        self, client, table, meter, cold, monkeypatch
+    ):
+        import datetime as dt
+
+        from lib.ops.archive import archive_old_chats
+
+        session = self.archived_chat(cold)
+        real, reads = cold.all_messages, []
+
+        def archived_midway(user_id, session_id):
+            messages = real(user_id, session_id)
+            if not reads:  # the Query had read the first turn when a nightly archive deleted the rest
+                archive_old_chats(cold.archive, [A], 30, now=dt.datetime(2026, 6, 1, tzinfo=dt.UTC))
+                messages = messages[:1]
+            reads.append(session_id)
+            return messages
+
+        monkeypatch.setattr(cold, "all_messages", archived_midway)
+        link, token = service(client, table, meter, cold).share(A, session.session_id)
+        assert (link.turns, len(reads)) == (2, 2)  # read again after the restore: the whole chat
+        assert [t.answer for t in service(client, table, meter, cold).open(B, token).turns] == ["answer 0", "answer 1"]
+
     def test_sharing_an_archived_chat_costs_its_restore_and_the_usual_requests(
         self, client, table, meter, cold, requests
     ):

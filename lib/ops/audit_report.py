@@ -60,7 +60,7 @@ def scanned_partitions(db: Operator, user_id: str) -> tuple[list[str], list[str]
     the deep purge's way to what no row or vector names, a project meta whose PRJ# row was lost included."""
     sessions: dict[str, None] = {}
     projects: dict[str, None] = {}
-    for item in db.scan_user_partitions(user_id):
+    for item in db.scan_records(of_user=user_id):
         owner, project = keys.parse_pk(item["pk"]), keys.parse_project_pk(item["pk"])
         if owner and owner[0] == user_id and owner[1] and keys.is_id(owner[1]):
             sessions[owner[1]] = None
@@ -110,7 +110,7 @@ def leftovers(db: Operator, user_id: str, *, deep: bool, objects: int | None) ->
     what the object store still holds under the user's prefix (counted by the caller: Bodies.left), None when the
     app has no object store (then no line may claim there is no object)."""
     user_items = db.user_partition(user_id)
-    partition_items = sum(1 for _ in db.scan_user_partitions(user_id)) if deep else 0
+    partition_items = sum(1 for _ in db.scan_records(of_user=user_id)) if deep else 0
     return Leftovers(user_id, len(user_items), db.registry_entry(user_id) is not None, partition_items, deep, objects)
 
 

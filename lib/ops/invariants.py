@@ -314,7 +314,7 @@ def _share_problems(
     needs its head, and a link's chat must exist (a share must not outlive its chat)."""
     problems: list[Violation] = []
     fixes: list[ShareFix] = []
-    by_hash = {pk[len(keys.SHARE_PREFIX) :]: head for pk, head in heads.items()}
+    by_hash = {keys.share_digest(pk): head for pk, head in heads.items()}
     handled: set[str] = set()  # hashes whose share a dead-link fix deletes already
     live: set[str] = set()
     for item in sorted(links, key=lambda i: i["sk"]):
@@ -457,14 +457,15 @@ def check_user(
     for item in db.user_records(user_id):
         collector.add(item)
     if deep:
-        for item in db.scan_records(sessions_of=user_id):
+        for item in db.scan_records(of_user=user_id):
             collector.add(item)
     else:
         for session_id in list(collector.users[user_id]):
             for item in db.session_records(user_id, session_id):
                 collector.add(item)
     named = {r.meta.get("project_id") for r in collector.users[user_id].values() if r.meta}
-    for project_id in sorted(p for p in {*collector.projects[user_id], *named} if keys.is_id(p)):
+    scanned = set(collector.projects[user_id]) if deep else set()  # the deep Scan read these partitions whole
+    for project_id in sorted(p for p in {*collector.projects[user_id], *named} - scanned if keys.is_id(p)):
         for item in db.project_records(user_id, project_id):  # 1 Query per project
             collector.add(item)
     links = collector.links[user_id]

@@ -189,17 +189,19 @@ class Attachments:
         versions' too (1 consistent Query per 1 MB; see Bodies.pointers for why a repair reads descending);
         `sizes`, if given, gets each record's size in bytes."""
         sizes = {} if sizes is None else sizes
-        from lib.storage.bodies import EVERY, archived_items
+        from lib.storage.bodies import EVERY, archived_items, archived_meanwhile
 
         found: dict[str, str] = {}
         rows = self._db.query_all(
             KeyConditionExpression="pk = :pk",
-            ProjectionExpression="sk, #a, #archive",
+            ProjectionExpression="sk, #a, #archive, message_count",
             ExpressionAttributeNames={"#a": ITEM_ATTRIBUTE, "#archive": "archive"},
             ExpressionAttributeValues=to_item({":pk": keys.session_pk(user_id, session_id)}),
             ConsistentRead=True,
             ScanIndexForward=not descending,
         )
+        if archived_meanwhile(rows):
+            return {EVERY: f"session {session_id} (archived while it was read: read again)"}
         meta = next((row for row in rows if "archive" in row), None)
         if meta is not None:  # an archived chat: its turns' records are in its archive object (docs/archive.md)
             items = archived_items(self.objects, user_id, session_id, from_item(meta)["archive"])

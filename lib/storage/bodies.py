@@ -157,12 +157,14 @@ class Bodies:
         found: dict[str, str] = {}
         rows = self._db.query_all(
             KeyConditionExpression="pk = :pk",
-            ProjectionExpression="sk, input_object, output_object, #archive",
+            ProjectionExpression="sk, input_object, output_object, #archive, message_count",
             ExpressionAttributeNames={"#archive": "archive"},
             ExpressionAttributeValues=to_item({":pk": keys.session_pk(user_id, session_id)}),
             ConsistentRead=True,
             ScanIndexForward=not descending,
         )
+        if archived_meanwhile(rows):
+            return {EVERY: f"session {session_id} (archived while it was read: read again)"}
         for row in rows:
             if "archive" in row:  # an archived chat: its turns' pointers are in its archive object (docs/archive.md)
                 found.update(self._archived_pointers(user_id, session_id, from_item(row)["archive"], sizes))
@@ -222,6 +224,16 @@ class Bodies:
             input_body=self.text(user_id, message, "input", action=action),
             output_body=self.text(user_id, message, "output", action=action),
         )
+
+
+def archived_meanwhile(rows: list[dict]) -> bool:
+    """A Query of a chat's partition that met its meta (with turns, not archived) but none of its turns: an archive
+    marked the meta and deleted the turns while the Query read (a Query is not isolated from either write), so
+    the pointers it saw are not the chat's. Every object of the chat is then kept, never taken for an orphan."""
+    meta = next((row for row in rows if row["sk"]["S"] == keys.META_SK), None)
+    if meta is None or "archive" in meta or int(meta.get("message_count", {}).get("N", "0")) == 0:
+        return False
+    return not any(keys.record_kind(row["sk"]["S"]) == keys.TURN for row in rows)
 
 
 def archived_items(objects: ObjectStore, user_id: str, session_id: str, record: Any) -> list[dict] | None:

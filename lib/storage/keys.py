@@ -759,6 +759,12 @@ def share_pk(digest: str) -> str:
     return f"{SHARE_PREFIX}{_checked_hash(digest)}"
 
 
+def share_digest(pk: str) -> str:
+    """The token hash a share's partition key holds (share_pk read back); '' for a key that is not a share's."""
+    digest = pk[len(SHARE_PREFIX) :] if pk.startswith(SHARE_PREFIX) else ""
+    return digest if _TOKEN_HASH_RE.match(digest) else ""
+
+
 def share_head_key(digest: str) -> dict[str, str]:
     """The share record (owner, chat, title, snapshot version, parts, view_count); sorts before its parts."""
     return {"pk": share_pk(digest), "sk": SHARE_HEAD_SK}

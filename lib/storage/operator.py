@@ -165,34 +165,22 @@ class Operator:
         """The keys of every item of one session partition."""
         return [from_item(i) for i in partitions.session_items(self._db, user_id, session_id, projection="pk, sk")]
 
-    def scan_records(self, *, sessions_of: str | None = None) -> Iterator[dict[str, Any]]:
-        """Every item of the table without bodies (one consistent Scan), or only `sessions_of`'s session
-        partitions (the same Scan, filtered: billed on the whole table)."""
+    def scan_records(self, *, of_user: str | None = None) -> Iterator[dict[str, Any]]:
+        """Every item of the table without bodies (one consistent Scan), or only `of_user`'s session and project
+        partitions (USER#<u>#SES#..., USER#<u>#PRJ#...: the same Scan, filtered, billed on the whole table).
+        purge-user --deep and check --user --deep: what no row or vector points to any more (a project meta whose
+        PRJ# row was lost) is found here."""
         params: dict[str, Any] = {}
-        names = dict(_CHECK_NAMES)
-        if sessions_of is not None:
+        if of_user is not None:
             params = {
-                "FilterExpression": "begins_with(pk, :prefix)",
-                "ExpressionAttributeValues": to_item({":prefix": keys.session_partition_prefix(sessions_of)}),
+                "FilterExpression": "begins_with(pk, :sessions) OR begins_with(pk, :projects)",
+                "ExpressionAttributeValues": to_item(
+                    {
+                        ":sessions": keys.session_partition_prefix(of_user),
+                        ":projects": keys.project_partition_prefix(of_user),
+                    }
+                ),
             }
-        for page in self._db.scan_pages(
-            ConsistentRead=True, ProjectionExpression=CHECK_PROJECTION, ExpressionAttributeNames=names, **params
-        ):
-            yield from (from_item(i) for i in page)
-
-    def scan_user_partitions(self, user_id: str) -> Iterator[dict[str, Any]]:
-        """Every item of the user's session and project partitions (USER#<u>#SES#..., USER#<u>#PRJ#...) without
-        bodies: one consistent Scan, filtered (billed on the whole table). purge-user --deep and check --user
-        --deep: what no row or vector points to any more (a project meta whose PRJ# row was lost) is found here."""
-        params = {
-            "FilterExpression": "begins_with(pk, :sessions) OR begins_with(pk, :projects)",
-            "ExpressionAttributeValues": to_item(
-                {
-                    ":sessions": keys.session_partition_prefix(user_id),
-                    ":projects": keys.project_partition_prefix(user_id),
-                }
-            ),
-        }
         for page in self._db.scan_pages(
             ConsistentRead=True, ProjectionExpression=CHECK_PROJECTION, ExpressionAttributeNames=_CHECK_NAMES, **params
         ):

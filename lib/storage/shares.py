@@ -485,7 +485,7 @@ class ShareStore:
         """Delete a share (head and parts) that no live link record of its owner names, so its token stops opening
         it (1 TransactWriteItems). False, nothing deleted, if the head changed since `check` read it or a live record
         of it exists again."""
-        digest = str(head["pk"])[len(keys.SHARE_PREFIX) :]
+        digest = keys.share_digest(str(head["pk"]))
         guard = []
         if keys.is_id(head.get("link_id")):
             guard = [

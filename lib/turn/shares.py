@@ -91,10 +91,11 @@ class ShareService:
             if session.archive is not None:
                 self.store.archive.restore(user_id, session)
             messages = self.store.all_messages(user_id, session_id)
-            if messages or not session.message_count or attempt == _RESTORES - 1:
+            if len(messages) >= session.message_count or attempt == _RESTORES - 1:
                 break
-            # Turns counted but none stored: archived (again) before the Query read them (a nightly run);
-            # the meta read again (1 GetItem, on this path only) says so, and the chat is restored once more.
+            # Fewer turns than the meta counts: archived (again) while the Query read them (a nightly run deletes
+            # them after marking the meta); the meta read again (1 GetItem, on this path only) says so, and the
+            # chat is restored once more, so a link never shows part of a chat as if it were the whole.
             session = self.store.get_session(user_id, session_id)
             if session.archive is None:
                 break

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Iterator, Sequence
 
-from lib import logs
+from lib import logs, tokens
 from lib.errors import ChatError, MessageNotPending
 from lib.model.models import ChatModel, Reply, Usage
 from lib.model.prompts import system_prompt
@@ -128,29 +128,38 @@ class Turn:
 
 
 WHOLE_READS = 2  # long earlier bodies read whole per question (1 GetObject each), newest first
+# A turn read whole takes at most this share of the budget: the loader sends the newest turn whole only within
+# NEWEST_SHARE (0.4) of what the system prompt and the question leave, and stops at the first older turn that does
+# not fit, so a larger whole turn would push the whole thread out. Past it, the turn's 4 KB beginning is sent.
+WHOLE_SHARE = 0.3
 
 
 def whole_earlier(store: ChatStore, user_id: str, history: list[Message], budget_tokens: int) -> list[Message]:
-    """The loaded earlier turns with their long bodies read whole where one could fit the budget (a follow-up
-    about a pasted document is asked with the document, not its first 4 KB): 1 GetObject per body, newest first,
-    at most WHOLE_READS. A body larger than the budget could ever hold (4 bytes a token, a generous bound), or one
-    that cannot be read now, keeps its beginning; the context marks it cut and its note says so."""
+    """The loaded earlier turns with their long bodies read whole where the turn then fits WHOLE_SHARE of the
+    budget (a follow-up about a pasted document is asked with the document, not its first 4 KB): 1 GetObject per
+    body, newest first, at most WHOLE_READS. A body that cannot fit (more than 4 bytes a token of that share, the
+    most text a token holds) is not read; one read and found too long in tokens (CJK text holds fewer bytes a
+    token), or one that cannot be read now, keeps its beginning; the context marks it cut and its note says so."""
+    room = int(budget_tokens * WHOLE_SHARE)
     turns, reads = list(history), 0
     for index in range(len(turns) - 1, -1, -1):
         m = turns[index]
         parts = [
             part
             for part, ref in (("input", m.input_ref), ("output", m.output_ref))
-            if m.partial(part) and ref.size <= 4 * budget_tokens
+            if m.partial(part) and ref.size <= 4 * room
         ]
         if not parts or reads + len(parts) > WHOLE_READS:
             continue
         reads += len(parts)
         try:
-            whole = {f"{part}_body": store.bodies.text(user_id, m, part, action="recall") for part in parts}
+            whole = replace(
+                m, **{f"{part}_body": store.bodies.text(user_id, m, part, action="recall") for part in parts}
+            )
         except ChatError:  # missing, damaged or unreachable: the beginning is sent, marked cut
             continue
-        turns[index] = replace(m, **whole)
+        if tokens.count(whole.input_body) + tokens.count(whole.output_body) <= room:
+            turns[index] = whole
     return turns
 
 

@@ -253,8 +253,19 @@ class TestTheLedgerAndTheCostPage:
 
 
 class TestTheAdminCommands:
+    @pytest.fixture
+    def on_a_folder(self, client, table, meter, tmp_path, monkeypatch):
+        """The admin commands' settings and a store on the same table and embedded folder object store."""
+        from lib.embedded.objects import FolderObjects
+
+        folder = tmp_path / "objects"
+        monkeypatch.setenv("CHAT_TABLE", table)
+        monkeypatch.setenv("CHAT_DATA_DIR", ":memory:")
+        monkeypatch.setenv("CHAT_OBJECTS_DIR", str(folder))
+        return folder, store_with(client, table, meter, FolderObjects(folder))
+
     def test_check_reports_an_old_orphan_and_repair_removes_it_and_nothing_else(
-        self, client, table, meter, tmp_path, monkeypatch, capsys
+        self, client, meter, on_a_folder, capsys
     ):
         import os
         import time
@@ -262,11 +273,7 @@ class TestTheAdminCommands:
         from lib import admin
         from lib.embedded.objects import FolderObjects
 
-        folder = tmp_path / "objects"
-        monkeypatch.setenv("CHAT_TABLE", table)
-        monkeypatch.setenv("CHAT_DATA_DIR", ":memory:")
-        monkeypatch.setenv("CHAT_OBJECTS_DIR", str(folder))
-        store = store_with(client, table, meter, FolderObjects(folder))
+        folder, store = on_a_folder
         session, kept = store.create_session(ALICE, "K" * 40_000, system_prompt_id="p")
         with pytest.raises(StoreUnavailable):
             store_with(client, "no-such-table", meter, FolderObjects(folder)).send_message(
@@ -291,15 +298,10 @@ class TestTheAdminCommands:
         (turn,) = store.open_session(ALICE, session.session_id).messages
         assert store.bodies.text(ALICE, turn, "input", action="open") == "K" * 40_000
 
-    def test_check_reports_a_chat_whose_only_object_is_gone(self, client, table, meter, tmp_path, monkeypatch, capsys):
+    def test_check_reports_a_chat_whose_only_object_is_gone(self, on_a_folder, capsys):
         from lib import admin
-        from lib.embedded.objects import FolderObjects
 
-        folder = tmp_path / "objects"
-        monkeypatch.setenv("CHAT_TABLE", table)
-        monkeypatch.setenv("CHAT_DATA_DIR", ":memory:")
-        monkeypatch.setenv("CHAT_OBJECTS_DIR", str(folder))
-        store = store_with(client, table, meter, FolderObjects(folder))
+        folder, store = on_a_folder
         session, message = store.create_session(ALICE, "K" * 40_000, system_prompt_id="p")
         finish(store, message, "a short answer")
         assert admin.main(["check", "--user", ALICE]) == 0

@@ -44,6 +44,17 @@ def page(path: str) -> AppTest:
     return at
 
 
+def set_limit(at: AppTest, kind: str, day: str, *, name: str | None = None) -> None:
+    """Fill the Set a limit form (a scope, its name, a day's USD) and press Save, as an admin would."""
+    at.selectbox(key="limit-kind").set_value(kind)
+    if name is not None:
+        at.text_input(key="limit-name").input(name)
+    at.text_input(key="limit-day").input(day)
+    (save,) = [b for b in at.button if b.label == "Save"]
+    save.click().run()
+    assert not at.exception, at.exception
+
+
 def spend(usd: float, user: str = DEV) -> None:
     """Usage of `user` in this process's ledger (unflushed: the check counts it at once)."""
     services().ledger.record_tokens(user, "demo", TokenUsage(output_tokens=round(usd * 1000)))
@@ -64,12 +75,7 @@ class TestTheLimitsPage:
         env({"default": {"day": 5, "month": 50}})
         at = page("pages/limits.py")
         assert at.dataframe[0].value["Scope"].tolist() == ["Everyone (default)"]
-        at.selectbox(key="limit-kind").set_value("group")
-        at.text_input(key="limit-name").input("eng")
-        at.text_input(key="limit-day").input("20")
-        (save,) = [b for b in at.button if b.label == "Save"]
-        save.click().run()
-        assert not at.exception, at.exception
+        set_limit(at, "group", "20", name="eng")
         assert [s.value for s in at.success] == ["Saved: Group eng."]
         table = at.dataframe[0].value
         assert table["Scope"].tolist() == ["Everyone (default)", "Group eng"]
@@ -84,12 +90,7 @@ class TestTheLimitsPage:
         spend(0.01)  # the admin's own usage: the page's spend figures are read with it
         at = page("pages/limits.py")
         assert "kim@example.com" not in at.dataframe[1].value["User"].tolist()
-        at.selectbox(key="limit-kind").set_value("user")
-        at.text_input(key="limit-name").input("kim@example.com")
-        at.text_input(key="limit-day").input("0.50")
-        (save,) = [b for b in at.button if b.label == "Save"]
-        save.click().run()
-        assert not at.exception, at.exception
+        set_limit(at, "user", "0.50", name="kim@example.com")
         scopes, users = (d.value for d in at.dataframe)
         kim = scopes[scopes["Scope"] == "User kim@example.com"].iloc[0]
         assert kim["Spent today"] == "$0"  # her figure, read again with her new limit; not "applies to no one"
@@ -101,11 +102,7 @@ class TestTheLimitsPage:
         monkeypatch.setenv("CHAT_ADMINS", DEV)
         env({})
         at = page("pages/limits.py")
-        at.selectbox(key="limit-kind").set_value("default")
-        at.text_input(key="limit-day").input(day)
-        (save,) = [b for b in at.button if b.label == "Save"]
-        save.click().run()
-        assert not at.exception, at.exception
+        set_limit(at, "default", day)
         assert len(at.error) == 1 and "USD from 0 to 1,000,000" in at.error[0].value
         assert services().limits.table_records() == {}
         records = services().audit.list_day(keys.day_of(keys.now()), newest_first=False).records

@@ -20,7 +20,10 @@ MESSAGES = "[data-testid='stChatMessage']"
 
 
 def saved(page, n=1):
+    """The n-th answer saved and the page's run over (a save can rerun the page: a click meanwhile lands on an
+    element being replaced, as a person's second click would not)."""
     page.get_by_text("out tokens").nth(n - 1).wait_for(timeout=HANG_MS)
+    idle(page)
 
 
 @pytest.mark.parametrize("app_url", [0.01], indirect=True)

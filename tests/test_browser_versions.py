@@ -69,7 +69,11 @@ def test_edit_an_older_question_in_a_branch_and_go_back_to_the_original(app_url,
         box.press("Enter")
         saved(page, n)
     original = page.url
-    page.get_by_role("button", name="Edit").nth(1).click()  # under the second question
+    edit = page.get_by_role("button", name="Edit").nth(1)  # under the second question
+    # In mid-screen, as a person has what they click: its popover opens below it and would pass the bottom of the
+    # window if the button sat at its edge (where a click scrolls it to), out of a click's reach until scrolled.
+    edit.evaluate("button => button.scrollIntoView({block: 'center'})")
+    edit.click()
     page.get_by_label("Edit your question").fill("And a local secondary index?")
     page.get_by_role("button", name="Send in a new branch").click()
     page.get_by_text("A branch: the turns before an edited question were copied").wait_for(timeout=HANG_MS)

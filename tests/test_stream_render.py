@@ -278,16 +278,3 @@ class TestCutEmphasis:
         render_markdown(whole, "Use *nix tools")  # a finished answer is drawn as written
         assert whole.shown() == [("markdown", "Use *nix tools", None)]
 
-
-def test_the_pace_is_measured_from_the_first_text_not_from_a_look_before_it():
-    """A page looks at an answer before its first words (a send waits for them): that wait is not the model's pace,
-    which sets how often the open block is redrawn."""
-    now = [0.0]
-    paced = PacedRenderer(Recorder(), clock=lambda: now[0])
-    assert not paced.add("")  # nothing yet: a look while the model is silent
-    now[0] = 5.0
-    assert paced.add("a" * 1000)  # the first words, drawn at once
-    now[0] = 6.0
-    assert paced.add("a" * 3000)  # 3,000 characters a second since the first words, one open block
-    now[0] = 6.7  # 4,000 open characters at 3,000 a second: redrawn after 0.67 s (a pace counted from 0 s: 1 s)
-    assert paced.add("a")

@@ -104,7 +104,7 @@ class PacedRenderer:
             self._parts.append(chunk)
             self._length += len(chunk)
         now = self._clock() if now is None else now
-        if self._started is None and self._length:  # the pace is measured from the first text, not the first look
+        if self._started is None:
             self._started = now
             self._first = self._length
         if now < self._redraw_at or self._length == self._drawn:

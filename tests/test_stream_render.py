@@ -277,4 +277,3 @@ class TestCutEmphasis:
         whole = Recorder()
         render_markdown(whole, "Use *nix tools")  # a finished answer is drawn as written
         assert whole.shown() == [("markdown", "Use *nix tools", None)]
-

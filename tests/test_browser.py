@@ -108,6 +108,14 @@ def idle(page):
     )
 
 
+def attach(page, files: list[dict]) -> None:
+    """Attach files in the composer and wait until their upload has finished. Streamlit's chat input ignores
+    Enter while a file is still uploading (its Send button is disabled until then), so a question sent before
+    that would not be sent at all: the test waits as a person watching the button would."""
+    page.locator("[data-testid='stChatInput'] input[type='file']").set_input_files(files)
+    page.locator("[data-testid='stChatInputSubmitButton']:enabled").wait_for(timeout=HANG_MS)
+
+
 def prepared(script: str) -> list[str]:
     """Run a preparation script in its own process (it writes a data folder the app then serves, and prints ids)."""
     done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=HANG_S)

@@ -10,6 +10,7 @@ from tests.test_browser import (
     ARTIFACTS,
     CHROMIUM,
     HANG_MS,
+    attach,
     browser,  # noqa: F401 (the fixture)
     idle,
     serve_app,
@@ -36,11 +37,12 @@ def test_attach_a_text_file_and_a_pdf_ask_reopen_elsewhere_and_download(tmp_path
         page.goto(url)
         box = page.locator("[data-testid='stChatInput'] textarea")
         box.wait_for(timeout=HANG_MS)
-        page.locator("[data-testid='stChatInput'] input[type='file']").set_input_files(
+        attach(
+            page,
             [
                 {"name": "notes.txt", "mimeType": "text/plain", "buffer": NOTES},
                 {"name": "spec.pdf", "mimeType": "application/pdf", "buffer": PDF},
-            ]
+            ],
         )
         page.get_by_text("spec.pdf").first.wait_for(timeout=HANG_MS)  # the composer lists what is attached
         box.fill("When is the cut-over, and what comes before it?")

@@ -9,6 +9,7 @@ from tests.test_browser import (
     ARTIFACTS,
     CHROMIUM,
     HANG_MS,
+    attach,
     browser,  # noqa: F401 (the fixture)
     idle,
     serve_app,
@@ -57,9 +58,7 @@ def test_a_1_mb_document_and_a_5_mb_pdf_are_asked_about_reopened_elsewhere_and_e
         question.get_by_role("button", name="Show all (1.0 MB)").wait_for(timeout=HANG_MS)  # its start, not 1 MB
         assert question.get_by_text(TAIL).count() == 0
         idle(page)
-        page.locator("[data-testid='stChatInput'] input[type='file']").set_input_files(
-            [{"name": "schedule.pdf", "mimeType": "application/pdf", "buffer": PDF}]
-        )
+        attach(page, [{"name": "schedule.pdf", "mimeType": "application/pdf", "buffer": PDF}])
         page.get_by_text("schedule.pdf").first.wait_for(timeout=HANG_MS)
         box.fill("What notice period does the attached schedule give batch 3?")
         box.press("Enter")

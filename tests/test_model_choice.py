@@ -10,6 +10,8 @@ from lib.config import Settings
 from lib.context.cache import ContextCache
 from lib.errors import ConfigError, ModelNotOffered
 from lib.model.catalog import Catalog, parse
+from lib.storage.records import FAILED
+from tests.fake_anthropic import Behaviour
 
 U = "mo@example.com"
 HAIKU = {"id": "claude-haiku-4-5", "name": "Claude Haiku 4.5", "input": 1, "output": 5}
@@ -97,6 +99,20 @@ class TestAQuestionGoesToThePickedModel:
         self.ask(service, view.session, "and again")  # no pick: the chat's own
         answers = [r for r in fake.requests if r["body"].get("stream")]
         assert answers[-1]["body"]["model"] == "claude-haiku-4-5"
+
+    def test_retry_asks_the_chats_model_again(self, chat):
+        service, fake = chat
+        fake.enqueue(Behaviour("status", status=529, streamed_only=True))  # the first answer fails
+        sent = self.ask(service, None, "hello", model="claude-haiku-4-5")
+        view = service.store.open_session(U, sent.session.session_id)
+        assert view.messages[0].status == FAILED
+        again = service.retry(
+            U, view.session, view.messages[0], history=view.messages, summary=None, cache=ContextCache()
+        )
+        assert again.live.wait(300)
+        answers = [r for r in fake.requests if r["body"].get("stream")]
+        assert [a["body"]["model"] for a in answers] == ["claude-haiku-4-5", "claude-haiku-4-5"]
+        assert service.store.open_session(U, view.session.session_id).messages[0].model == "claude-haiku-4-5"
 
     def test_a_forged_model_id_is_refused_and_nothing_is_committed(self, chat, client, table):
         service, fake = chat

@@ -198,14 +198,16 @@ class ChatService:
         summary: Summary | None,
         cache: ContextCache,
     ) -> Sent:
-        """Answer a failed or interrupted turn again, in place (1 UpdateItem: the same question, no second one)."""
+        """Answer a failed or interrupted turn again, in place (1 UpdateItem: the same question, no second one),
+        with the chat's model, as its next question would be."""
+        answering = self._model(session, None)
         with (
             self.generations.admitted(user_id, session.session_id, message_id=message.message_id) as admission,
-            self._spend(user_id, self.model, message.input_body, history) as hold,
+            self._spend(user_id, answering, message.input_body, history) as hold,
         ):
             turn = retry_turn(
                 self.store,
-                self.model,
+                answering,
                 user_id,
                 session,
                 message,

@@ -16,7 +16,7 @@ from botocore.exceptions import (
     NoRegionError,
 )
 
-from lib import aws
+from lib import aws, logs
 from lib.config import Settings
 from lib.embedded.server import LocalDynamo
 from lib.errors import ConfigError, StoreUnavailable
@@ -26,7 +26,9 @@ from lib.storage.schema import (
     add_vector_index,
     create_aws_table,
     create_table,
+    delete_vector_index,
     ensure_ttl,
+    filters_by_chat,
     table_exists,
     vector_index_description,
 )
@@ -142,8 +144,14 @@ def open_database(settings: Settings) -> Database:
         with _local_lock:
             if not table_exists(client, settings.table):  # tables on disk were made again by the server's start
                 create_table(client, settings.table, vector_dimensions=settings.embed_dimensions)
-            elif vector_index_description(client, settings.table) is None:  # made before search existed
-                add_vector_index(client, settings.table, settings.embed_dimensions)  # backfilled before it returns
+            else:
+                index = vector_index_description(client, settings.table)
+                if index is None:  # made before search existed
+                    add_vector_index(client, settings.table, settings.embed_dimensions)  # backfilled on return
+                elif not filters_by_chat(index):  # made before the chat filter: made again, of its own dimensions
+                    logs.event("vector_index.rebuilt", table=settings.table, reason="no chat filter")
+                    delete_vector_index(client, settings.table)
+                    add_vector_index(client, settings.table, index["Dimensions"])
             ensure_ttl(client, settings.table)  # temporary chats and audit records expire offline too
         where = (
             f"local embedded DynamoDB, saved in {data_dir}/"

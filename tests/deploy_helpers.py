@@ -30,6 +30,11 @@ NOT_IN_THE_DEPLOYED_APP_FUNCTIONS = {
     ): "called by open_database only for the local backend; on AWS an operator runs `admin add-vector-index`",
     (
         "lib/storage/schema.py",
+        "delete_vector_index",
+    ): "called by open_database only for the local backend (an index made before the chat filter is made again); "
+    "on AWS an operator runs `admin add-vector-index --rebuild`",
+    (
+        "lib/storage/schema.py",
         "ensure_ttl",
     ): "called by open_database only for the local backend; on AWS the stack (or create-table) turns TTL on",
     (

@@ -77,6 +77,7 @@ def test_describe_table_shows_the_index_active_and_not_backfilling(vtable):
     assert index["SearchSchema"] == [
         {"AttributeName": "user_id", "SearchSchemaElementType": "HASH"},
         {"AttributeName": "kind", "SearchSchemaElementType": "INLINE_FILTER"},
+        {"AttributeName": "session_id", "SearchSchemaElementType": "INLINE_FILTER"},
     ]
 
 

@@ -1,7 +1,8 @@
 """Hybrid recall: the vector index's candidates ranked by meaning and by keywords together, read as the room needs.
 
-One SearchVectors per question (TopK 100 over the user's turn vectors, the user id from the signed-in
-identity) gives the candidates: the hits of this chat, each with its snippet (the question's and the answer's
+One SearchVectors per question (TopK 100 over the turn vectors of this chat, the user id from the signed-in
+identity and the chat as the index's inline filter, so a person's other chats take none of the hundred) gives
+the candidates, each with its snippet (the question's and the answer's
 start, up to 400 characters) and time, which the request returns anyway. The turns this browser session
 holds (the loaded pages, hits read before) join them with their whole text. Every candidate is ranked twice,
 by the index's distance and by BM25 of the question's terms over its text (the snippet, or the whole turn
@@ -125,7 +126,7 @@ class HybridRecall:
         out: dict[str, _Candidate] = {}
         try:
             vector = self._indexer.embedder.embed([question], "query").vectors[0]
-            hits = self._indexer.vectors.search(user_id, vector, TOP_K, kind="turn")
+            hits = self._indexer.vectors.search(user_id, vector, TOP_K, kind="turn", session_id=session_id)
         except ChatError as exc:  # the index or the model cannot answer now: keyword recall over the pool still does
             logs.warning("recall.semantic_failed", session_id=session_id, error_class=type(exc).__name__)
             hits = []

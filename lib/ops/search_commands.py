@@ -33,6 +33,12 @@ def register(commands: Any) -> None:
     )
     add.add_argument("--timeout", type=float, default=3600, metavar="SECONDS")
     add.add_argument("--probe-user", help="also wait until this user's vectors are found (new indexes lag)")
+    add.add_argument(
+        "--rebuild",
+        action="store_true",
+        help="make an index that cannot filter by chat (made by an older version) again; searches fail and recall "
+        "is keyword-only until it is backfilled",
+    )
     reindex = commands.add_parser(
         "reindex", help="embed every turn and memory lacking a vector of the configured model (resumable)"
     )
@@ -121,6 +127,8 @@ def _add_index(args: argparse.Namespace, settings: Settings, out: Any, err: Any,
     from lib.storage.schema import (
         VECTOR_INDEX,
         add_vector_index,
+        delete_vector_index,
+        filters_by_chat,
         vector_index_description,
     )
     from lib.storage.vectors import VectorStore
@@ -128,6 +136,23 @@ def _add_index(args: argparse.Namespace, settings: Settings, out: Any, err: Any,
     database = open_database(settings)  # the local backend adds the index at start; AWS waits here
     client, table = database.client, database.table
     index = vector_index_description(client, table)
+    deadline = time.monotonic() + args.timeout
+    delay = 0.2 if database.local else 5.0
+    if index is not None and not filters_by_chat(index):
+        if not args.rebuild:
+            print(
+                f"Vector index '{VECTOR_INDEX}' cannot filter a search by chat (it was made by an older version): "
+                "recall in a long chat sees fewer of its turns. Run this again with --rebuild to make it again.",
+                file=err,
+            )
+        else:
+            delete_vector_index(client, table)
+            print(f"Deleting vector index '{VECTOR_INDEX}' of '{table}' to make it again...", file=err, flush=True)
+            while vector_index_description(client, table) is not None:
+                if time.monotonic() > deadline:
+                    raise ValueError("the old vector index is still being deleted; run the command again to go on")
+                sleep(delay)
+            index = None
     if index is None:
         add_vector_index(client, table, settings.embed_dimensions)
         print(
@@ -140,8 +165,6 @@ def _add_index(args: argparse.Namespace, settings: Settings, out: Any, err: Any,
             f"but CHAT_EMBED_DIMENSIONS is {settings.embed_dimensions}: dimensions are fixed when an "
             "index is made; set CHAT_EMBED_DIMENSIONS to match (or make a new table)"
         )
-    deadline = time.monotonic() + args.timeout
-    delay = 0.2 if database.local else 5.0
     while True:  # seed 004: IndexStatus turns ACTIVE while Backfilling is still true (searching then fails)
         index = vector_index_description(client, table) or {}
         status, backfilling = index.get("IndexStatus"), bool(index.get("Backfilling", False))

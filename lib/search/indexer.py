@@ -224,18 +224,20 @@ def reindex_user(
 # is kept (an index is not dropped under a running app); a no is asked again after NO_INDEX_RECHECK_S, so an index
 # an operator adds (`python -m lib.admin add-vector-index`) is used without a restart.
 NO_INDEX_RECHECK_S = 60.0
-_SEARCHABLE: dict[tuple[int, str], tuple[int | None, float]] = {}
+_SEARCHABLE: dict[tuple[int, str], tuple[int | None, bool, float]] = {}
 _clock: Callable[[], float] = time.monotonic
 
 
-def _index_dimensions(database: Any) -> int | None:
-    """The vector index's dimensions (None: no index), from the cache or one DescribeTable."""
+def _index_state(database: Any) -> tuple[int | None, bool]:
+    """The vector index's dimensions (None: no index) and whether it filters by chat, from the cache or one
+    DescribeTable. An index without the chat filter (made by an older version) is logged once a process: recall
+    still works, over the user's nearest turns, until an operator makes it again."""
     key = (id(database.client), database.table)
     cached = _SEARCHABLE.get(key)
     now = _clock()
-    if cached is not None and (cached[0] is not None or now - cached[1] < NO_INDEX_RECHECK_S):
-        return cached[0]
-    from lib.storage.schema import vector_index_description
+    if cached is not None and (cached[0] is not None or now - cached[2] < NO_INDEX_RECHECK_S):
+        return cached[0], cached[1]
+    from lib.storage.schema import filters_by_chat, vector_index_description
 
     try:
         index = vector_index_description(database.client, database.table)
@@ -243,14 +245,20 @@ def _index_dimensions(database: Any) -> int | None:
         logs.warning("search.describe_failed", table=database.table)
         index = None
     dimensions = index.get("Dimensions") if index is not None else None
-    _SEARCHABLE[key] = (dimensions, now)
-    return dimensions
+    by_chat = filters_by_chat(index)
+    if index is not None and not by_chat:
+        logs.warning("search.index_without_chat_filter", fix="python -m lib.admin add-vector-index --rebuild")
+    _SEARCHABLE[key] = (dimensions, by_chat, now)
+    return dimensions, by_chat
 
 
 def searchable_indexer(services: Any) -> Indexer | None:
     """The indexer when the table has the vector index of the embedder's dimensions, else None (one DescribeTable
-    per process and table while it has the index; without it, one a minute). A Services' own indexer is reused."""
+    per process and table while it has the index; without it, one a minute). A Services' own indexer is reused;
+    its searches filter by chat only if the index can."""
     indexer = getattr(services, "indexer", None) or make_indexer(services)
     if indexer is None:
         return None
-    return indexer if _index_dimensions(services.database) == indexer.embedder.dimensions else None
+    dimensions, by_chat = _index_state(services.database)
+    indexer.vectors.chat_filter = by_chat
+    return indexer if dimensions == indexer.embedder.dimensions else None

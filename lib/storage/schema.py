@@ -1,8 +1,10 @@
 """The one table: primary key (pk, sk) strings, no secondary indexes, no streams; one vector index (seed 004).
 
 The vector index `vectors` indexes the `embedding` attribute (a list of numbers) of any item carrying it, by
-`user_id` (HASH: every search names one user) with `kind` (turn, memory) as an inline filter. An item without
-`user_id` is written but never indexed (seed 004), so every vector item carries it.
+`user_id` (HASH: every search names one user) with `kind` (turn, memory) and `session_id` (the chat a turn's
+vector belongs to) as inline filters: recall in a chat asks for that chat's nearest turns, not the user's nearest
+of which some are the chat's. An item without `user_id` is written but never indexed (seed 004), so every vector
+item carries it.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from typing import Any
 TTL_ATTRIBUTE = "expire_at"  # optional retention: items carrying it expire (epoch seconds)
 VECTOR_INDEX = "vectors"
 VECTOR_ATTRIBUTE, USER_ATTRIBUTE, KIND_ATTRIBUTE = "embedding", "user_id", "kind"
+CHAT_ATTRIBUTE = "session_id"
 DEFAULT_DIMENSIONS = 256  # the local embedder's (wordllama l2_supercat 256); CHAT_EMBED_DIMENSIONS sets it
 
 
@@ -23,6 +26,7 @@ def vector_index(dimensions: int) -> dict:
         "SearchSchema": [
             {"AttributeName": USER_ATTRIBUTE, "SearchSchemaElementType": "HASH"},
             {"AttributeName": KIND_ATTRIBUTE, "SearchSchemaElementType": "INLINE_FILTER"},
+            {"AttributeName": CHAT_ATTRIBUTE, "SearchSchemaElementType": "INLINE_FILTER"},
         ],
         "Projection": {"ProjectionType": "ALL"},
         "Dimensions": dimensions,
@@ -33,6 +37,7 @@ def vector_index(dimensions: int) -> dict:
 VECTOR_ATTRIBUTE_DEFINITIONS = [
     {"AttributeName": USER_ATTRIBUTE, "AttributeType": "S"},
     {"AttributeName": KIND_ATTRIBUTE, "AttributeType": "S"},
+    {"AttributeName": CHAT_ATTRIBUTE, "AttributeType": "S"},
 ]
 
 
@@ -97,6 +102,22 @@ def vector_index_description(client: Any, table_name: str) -> dict | None:
     """The table's chat vector index as DescribeTable shows it (IndexStatus, Backfilling, Dimensions), or None."""
     table = client.describe_table(TableName=table_name)["Table"]
     return next((i for i in table.get("VectorIndexes", []) if i["IndexName"] == VECTOR_INDEX), None)
+
+
+def filters_by_chat(description: dict | None) -> bool:
+    """Whether a vector index (as `vector_index_description` gives it) can filter a search to one chat. An index
+    made before the filter existed cannot, and a vector index cannot be changed, only made again
+    (`python -m lib.admin add-vector-index --rebuild`)."""
+    schema = (description or {}).get("SearchSchema") or []
+    return any(
+        e.get("AttributeName") == CHAT_ATTRIBUTE and e.get("SearchSchemaElementType") == "INLINE_FILTER" for e in schema
+    )
+
+
+def delete_vector_index(client: Any, table_name: str) -> None:
+    """Start deleting the vector index (UpdateTable); the items and their vectors stay, searches fail until an
+    index is made again."""
+    client.update_table(TableName=table_name, VectorIndexUpdates=[{"Delete": {"IndexName": VECTOR_INDEX}}])
 
 
 def add_vector_index(client: Any, table_name: str, dimensions: int) -> None:

@@ -107,13 +107,14 @@ class VectorStore:
     """Reads and writes of vector items, each labelled for the meter ("index" writes, "search" searches), and the
     reads `reindex` makes to find what lacks a vector (labelled "index")."""
 
-    def __init__(self, db: Gateway):
+    def __init__(self, db: Gateway, *, chat_filter: bool = True):
         self._db = db
+        self.chat_filter = chat_filter  # the index filters by session_id (lib.storage.schema.filters_by_chat)
 
     @classmethod
-    def open(cls, client: Any, table: str, meter: Meter | None = None) -> VectorStore:
+    def open(cls, client: Any, table: str, meter: Meter | None = None, *, chat_filter: bool = True) -> VectorStore:
         """The vector store of one table, through its (metered) client."""
-        return cls(Gateway(client, table, meter))
+        return cls(Gateway(client, table, meter), chat_filter=chat_filter)
 
     @property
     def db(self) -> Gateway:
@@ -163,20 +164,34 @@ class VectorStore:
                 for item in page:
                     yield item["sk"]["S"], item.get("embed_model", {}).get("S")
 
-    def search(self, user_id: str, vector: Sequence[float], top_k: int, *, kind: str | None = None) -> list[Hit]:
-        """The user's nearest vector items. `user_id` must come from the signed-in identity: the index's HASH
-        scopes the search, but IAM cannot (dynamodb:LeadingKeys does not apply to SearchVectors)."""
+    def search(
+        self,
+        user_id: str,
+        vector: Sequence[float],
+        top_k: int,
+        *,
+        kind: str | None = None,
+        session_id: str | None = None,
+    ) -> list[Hit]:
+        """The user's nearest vector items (of one chat, with `session_id`, where the index can filter by it: an
+        index without the filter answers the user's nearest, and the caller keeps the chat's). `user_id` must come
+        from the signed-in identity: the index's HASH scopes the search, but IAM cannot (dynamodb:LeadingKeys
+        does not apply to SearchVectors)."""
         keys.user_pk(user_id)  # refuses an empty or non-string id
-        values = {":u": user_id, **({":k": kind} if kind else {})}
+        condition, names, values = "user_id = :u", {}, {":u": user_id}
+        if kind:
+            condition, names["#k"], values[":k"] = condition + " AND #k = :k", "kind", kind
+        if session_id is not None and self.chat_filter:
+            condition, names["#s"], values[":s"] = condition + " AND #s = :s", "session_id", session_id
         with self._db.action("search", user_id):
             response = self._db.call(
                 "search_vectors",
                 IndexName=VECTOR_INDEX,
                 SearchVector=to_item({"v": number_list(vector)})["v"]["L"],
                 TopK=top_k,
-                SearchConditionExpression="user_id = :u" + (" AND #k = :k" if kind else ""),
+                SearchConditionExpression=condition,
                 ExpressionAttributeValues=to_item(values),
-                **({"ExpressionAttributeNames": {"#k": "kind"}} if kind else {}),
+                **({"ExpressionAttributeNames": names} if names else {}),
             )
         return [Hit(from_item(r["Item"]), float(r["Score"])) for r in response.get("SearchResults", [])]
 

@@ -108,6 +108,15 @@ def idle(page):
     )
 
 
+def send(box) -> None:
+    """Press Enter in the chat input once Streamlit would take it: its Send button is enabled (text or files in,
+    nothing still uploading, the app connected and its widgets not disabled). Enter pressed before that is ignored
+    by Streamlit, leaving the text unsent in the box, so a test that pressed it earlier waited for an answer that
+    was never asked for; a person sees the button and waits for it too."""
+    box.page.locator("[data-testid='stChatInputSubmitButton']:enabled").wait_for(timeout=HANG_MS)
+    box.press("Enter")
+
+
 def attach(page, files: list[dict]) -> None:
     """Attach files in the composer and wait until their upload has finished. Streamlit's chat input ignores
     Enter while a file is still uploading (its Send button is disabled until then), so a question sent before
@@ -134,7 +143,7 @@ def type_question(page, question):
     """Type a question into the chat input of the page as it is and press Enter; returns the input."""
     box = page.locator("[data-testid='stChatInput'] textarea")
     box.fill(question)
-    box.press("Enter")
+    send(box)
     return box
 
 

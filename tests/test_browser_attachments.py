@@ -13,6 +13,7 @@ from tests.test_browser import (
     attach,
     browser,  # noqa: F401 (the fixture)
     idle,
+    send,
     serve_app,
 )
 
@@ -46,7 +47,7 @@ def test_attach_a_text_file_and_a_pdf_ask_reopen_elsewhere_and_download(tmp_path
         )
         page.get_by_text("spec.pdf").first.wait_for(timeout=HANG_MS)  # the composer lists what is attached
         box.fill("When is the cut-over, and what comes before it?")
-        box.press("Enter")
+        send(box)
         page.get_by_text("out tokens").first.wait_for(timeout=HANG_MS)
         answer = page.locator(MESSAGES).nth(1).inner_text()
         assert "I was given 2 attached file(s): “notes.txt” (text" in answer and "“spec.pdf” (pdf" in answer

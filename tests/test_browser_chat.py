@@ -14,6 +14,7 @@ from tests.test_browser import (
     HANG_MS,
     ask,
     browser,  # noqa: F401 (the fixture)
+    send,
     serve_app,
     type_question,
 )
@@ -105,7 +106,7 @@ def test_a_100_kb_answer_streams_and_the_page_then_equals_the_reopened_chat(clau
     fake_model.enqueue(Behaviour("text", chunks=chunks_of(text), output_tokens=25_000, streamed_only=True))
     box = page.locator("[data-testid='stChatInput'] textarea")
     box.fill("Now write me a long design document")
-    box.press("Enter")
+    send(box)
     page.get_by_text("out tokens").nth(1).wait_for(timeout=HANG_MS)
     # the run that saved it has ended (a long answer is saved to the object store and drawn again, whole)
     page.wait_for_function(
@@ -200,7 +201,7 @@ def test_what_the_model_saw_lists_the_parts_of_the_prompt(app_url, browser):
     answered(page)
     box = page.locator("[data-testid='stChatInput'] textarea")
     box.fill("Which language should the example use?")
-    box.press("Enter")
+    send(box)
     page.get_by_text("out tokens").nth(1).wait_for(timeout=HANG_MS)
     page.get_by_text("What the model saw").last.click()
     table = page.locator("[data-testid='stDataFrame']")

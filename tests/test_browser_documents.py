@@ -12,6 +12,7 @@ from tests.test_browser import (
     attach,
     browser,  # noqa: F401 (the fixture)
     idle,
+    send,
     serve_app,
 )
 
@@ -52,7 +53,7 @@ def test_a_1_mb_document_and_a_5_mb_pdf_are_asked_about_reopened_elsewhere_and_e
         box = page.locator("[data-testid='stChatInput'] textarea")
         box.wait_for(timeout=HANG_MS)
         box.evaluate(PASTE, DOCUMENT)  # the document first, on its own
-        box.press("Enter")
+        send(box)
         page.get_by_text("out tokens").first.wait_for(timeout=HANG_MS)
         question = page.locator(MESSAGES).first
         question.get_by_role("button", name="Show all (1.0 MB)").wait_for(timeout=HANG_MS)  # its start, not 1 MB
@@ -61,7 +62,7 @@ def test_a_1_mb_document_and_a_5_mb_pdf_are_asked_about_reopened_elsewhere_and_e
         attach(page, [{"name": "schedule.pdf", "mimeType": "application/pdf", "buffer": PDF}])
         page.get_by_text("schedule.pdf").first.wait_for(timeout=HANG_MS)
         box.fill("What notice period does the attached schedule give batch 3?")
-        box.press("Enter")
+        send(box)
         page.get_by_text("out tokens").nth(1).wait_for(timeout=HANG_MS)
         idle(page)
         answer = page.locator(MESSAGES).nth(3).inner_text()

@@ -14,7 +14,7 @@ import re
 import pytest
 
 from tests.header_proxy import HeaderProxy
-from tests.test_browser import ARTIFACTS, CHROMIUM, HANG_MS, browser, idle, serve_app  # noqa: F401 (fixture)
+from tests.test_browser import ARTIFACTS, CHROMIUM, HANG_MS, browser, idle, send, serve_app  # noqa: F401 (fixture)
 from tests.test_browser_chat import hits  # noqa: F401 (the fixture: a local server counting what the browser fetches)
 
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (.ci/run installs it)")
@@ -54,7 +54,7 @@ def ask(page, question):
     box = page.locator("[data-testid='stChatInput'] textarea")
     box.wait_for(timeout=HANG_MS)
     box.fill(question)
-    box.press("Enter")
+    send(box)
     page.get_by_text("out tokens").first.wait_for(timeout=HANG_MS)
     idle(page)
 
@@ -252,7 +252,7 @@ def ask_more(page, question):
     before = page.get_by_text("out tokens").count()
     box = page.locator("[data-testid='stChatInput'] textarea")
     box.fill(question)
-    box.press("Enter")
+    send(box)
     page.get_by_text("out tokens").nth(before).wait_for(timeout=HANG_MS)
     idle(page)
 

@@ -25,6 +25,7 @@ from tests.test_browser import (
     browser,  # noqa: F401 (the fixture)
     idle,
     prepared,
+    send,
     serve_app,
 )
 
@@ -113,7 +114,7 @@ def test_limit_set_by_an_admin_warns_then_refuses_the_user_and_the_audit_trail_s
     box = user.locator("[data-testid='stChatInput'] textarea")
     box.wait_for(timeout=HANG_MS)
     box.fill(QUESTION)
-    box.press("Enter")
+    send(box)
     user.get_by_text("out tokens").first.wait_for(timeout=HANG_MS)
     user.reload()  # the 80% line is drawn from the figures of the last check, which a new run reads
     user.get_by_text("You have used").first.wait_for(timeout=HANG_MS)
@@ -143,7 +144,7 @@ def test_limit_set_by_an_admin_warns_then_refuses_the_user_and_the_audit_trail_s
     box.wait_for(timeout=HANG_MS)
     asked = len(fake_model.requests)
     box.fill(REFUSED)
-    box.press("Enter")
+    send(box)
     refusal = user.locator("[data-testid='stAlert']").filter(has_text="Not sent: this could pass")
     refusal.wait_for(timeout=HANG_MS)
     text = refusal.inner_text()

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from tests.redis_server import REDIS_SERVER, redis_server  # noqa: F401 (the fixture)
-from tests.test_browser import ARTIFACTS, CHROMIUM, HANG_MS, ROOT, serve_app
+from tests.test_browser import ARTIFACTS, CHROMIUM, HANG_MS, ROOT, send, serve_app
 from tests.test_browser_chat import browser  # noqa: F401 (the fixture: one Chromium per test)
 
 pytestmark = [
@@ -76,7 +76,7 @@ def test_the_other_replica_shows_the_answer_live_and_can_stop_it(replicas, brows
     box = laptop.locator("[data-testid='stChatInput'] textarea")
     box.wait_for(timeout=HANG_MS)
     box.fill("Tell me about DynamoDB keys")
-    box.press("Enter")
+    send(box)
     laptop.get_by_text("You asked").first.wait_for(timeout=HANG_MS)
     session = laptop.url.split("session=")[1].split("&")[0]
 

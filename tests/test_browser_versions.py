@@ -12,6 +12,7 @@ from tests.test_browser import (  # noqa: F401 (fixtures)
     browser,
     idle,
     page,
+    send,
 )
 
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (.ci/run installs it)")
@@ -66,7 +67,7 @@ def test_edit_an_older_question_in_a_branch_and_go_back_to_the_original(app_url,
     for n, question in enumerate(["And a sort key?", "Give an example"], start=2):
         box = page.locator("[data-testid='stChatInput'] textarea")
         box.fill(question)
-        box.press("Enter")
+        send(box)
         saved(page, n)
     original = page.url
     edit = page.get_by_role("button", name="Edit").nth(1)  # under the second question

@@ -57,6 +57,8 @@ def test_the_readme_command_serves_this_machine_only(tmp_path):
 def one_turn(url: str) -> None:
     from playwright.sync_api import sync_playwright
 
+    from tests.test_browser import send
+
     with sync_playwright() as playwright:
         browser = launch(playwright)
         page = browser.new_page()
@@ -64,7 +66,7 @@ def one_turn(url: str) -> None:
         box = page.locator("[data-testid='stChatInput'] textarea")
         box.wait_for(timeout=300_000)
         box.fill("Is the usage counted when the task stops?")
-        box.press("Enter")
+        send(box)
         page.get_by_text("out tokens").first.wait_for(timeout=300_000)  # the turn was answered and saved
         browser.close()
 

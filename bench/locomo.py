@@ -1,7 +1,8 @@
 """The context engine and search on public long conversations: LoCoMo (Maharana et al., ACL 2024).
 
     nice python bench/locomo.py [--data ../shared/data/locomo-dev.zip] [--budgets 1000,2000,4000]
-                                [--conversations 26,41] [--lib DIR] [--engine-only] [--json FILE]
+                                [--conversations 26,41] [--lib DIR] [--engine-only] [--one-user]
+                                [--json FILE]
 
 Each LoCoMo conversation (two people talking over months, 19-32 sessions, 370-690 utterances; questions
 annotated with the utterances, `dia_id`s, that answer them) is converted to this app's import format
@@ -177,49 +178,77 @@ class Tally:
 # --- one conversation -----------------------------------------------------------------------------------------
 
 
-def run_conversation(conv: dict, budgets: list[int], tallies: dict, timing: dict, search: dict, engine_only: bool):
-    from bench.common import fresh_store
-    from lib import tokens
-    from lib.config import Settings
+class Place:
+    """One embedded table with its engine and indexer: a conversation's own, or (`--one-user`) every one's."""
+
+    def __init__(self) -> None:
+        from bench.common import fresh_store
+        from lib.config import Settings
+        from lib.context.engine import ContextEngine
+        from lib.model.models import DemoModel
+        from lib.search.embedders import LocalEmbedder
+        from lib.search.indexer import Indexer
+        from lib.storage.gateway import Gateway
+
+        self.store, meter, self.client = fresh_store()
+        settings = Settings.load(env={"CHAT_MODEL_PROVIDER": "demo"}, secrets={}, for_operator=True)
+        LocalEmbedder._load()
+        self.indexer = Indexer(Gateway(self.client, self.store._table, meter), LocalEmbedder())
+        self.engine = ContextEngine(
+            self.client, self.store._table, meter, DemoModel(delay_s=0), settings, indexer=self.indexer
+        )
+
+    def add(self, conv: dict) -> tuple[str, dict[str, int]]:
+        """Import one conversation as a chat of USER: (its session id, dia_id -> turn index)."""
+        from lib import tokens
+        from lib.context.importer import import_chats, load_file
+
+        name = conv.get("sample_id") or f"{conv['speaker_a']} and {conv['speaker_b']}"
+        chat, where = to_chat(conv, f"{conv['speaker_a']} and {conv['speaker_b']}")
+        with tempfile.TemporaryDirectory() as folder:
+            path = Path(folder) / "chat.json"
+            path.write_text(json.dumps(chat, ensure_ascii=False), encoding="utf-8")
+            started = time.perf_counter()
+            _, chats = load_file(str(path))
+            result = import_chats(self.store, self.engine, USER, chats, indexer=self.engine.indexer)
+            imported_s = time.perf_counter() - started
+        (session_id,) = result.session_ids
+        every = self.store.all_messages(USER, session_id)
+        full_tokens = sum(tokens.count(m.input_body) + tokens.count(m.output_body) for m in every)
+        print(
+            f"{name}: {len(every)} turns, {len(conv['qa'])} questions, {full_tokens:,} tokens; imported in "
+            f"{imported_s:.1f} s ({result.summaries} summaries, {result.memories} memories)",
+            file=sys.stderr,
+            flush=True,
+        )
+        return session_id, where
+
+
+def run_conversation(
+    conv: dict,
+    budgets: list[int],
+    tallies: dict,
+    timing: dict,
+    search: dict,
+    engine_only: bool,
+    place: Place | None = None,
+    imported: tuple[str, dict[str, int]] | None = None,
+):
     from lib.context.cache import ContextCache, MemoryState
-    from lib.context.engine import ContextEngine
-    from lib.context.importer import import_chats, load_file
-    from lib.model.models import DemoModel
     from lib.model.prompts import system_prompt
-    from lib.search.embedders import LocalEmbedder
     from lib.search.hybrid import search_chats
-    from lib.search.indexer import Indexer
-    from lib.storage.gateway import Gateway
     from lib.turn.context import build_context
 
-    store, meter, client = fresh_store()
-    settings = Settings.load(env={"CHAT_MODEL_PROVIDER": "demo"}, secrets={}, for_operator=True)
-    LocalEmbedder._load()
-    indexer = Indexer(Gateway(client, store._table, meter), LocalEmbedder())
-    engine = ContextEngine(client, store._table, meter, DemoModel(delay_s=0), settings, indexer=indexer)
-    name = conv.get("sample_id") or f"{conv['speaker_a']} and {conv['speaker_b']}"
-    chat, where = to_chat(conv, f"{conv['speaker_a']} and {conv['speaker_b']}")
-    with tempfile.TemporaryDirectory() as folder:
-        path = Path(folder) / "chat.json"
-        path.write_text(json.dumps(chat, ensure_ascii=False), encoding="utf-8")
-        started = time.perf_counter()
-        _, chats = load_file(str(path))
-        result = import_chats(store, engine, USER, chats, indexer=engine.indexer)
-        imported_s = time.perf_counter() - started
-    (session_id,) = result.session_ids
+    if place is None:
+        place = Place()
+    store, client, indexer, engine = place.store, place.client, place.indexer, place.engine
+    session_id, where = imported if imported is not None else place.add(conv)
     every = store.all_messages(USER, session_id)
     ids = [m.message_id for m in every]
     memories, _ = engine.memories.load(USER)
     memory_turn = {m.memory_id: m.source_message_id for m in memories}
     view = store.open_session(USER, session_id)
     system = system_prompt(PROMPT_ID)
-    full_tokens = sum(tokens.count(m.input_body) + tokens.count(m.output_body) for m in every)
-    print(
-        f"{name}: {len(every)} turns, {len(conv['qa'])} questions, {full_tokens:,} tokens; imported in "
-        f"{imported_s:.1f} s ({result.summaries} summaries, {result.memories} memories)",
-        file=sys.stderr,
-        flush=True,
-    )
     calls: list[str] = []
     client.meta.events.register("before-parameter-build.dynamodb", lambda model, **_: calls.append(model.name))
     shared = ContextCache()  # one browser session asking every question in turn, as `admin context` runs a file
@@ -412,6 +441,11 @@ def main() -> None:
     parser.add_argument("--lib", type=Path, help="a checkout whose lib/ to measure instead of this one's")
     parser.add_argument("--engine-only", action="store_true", help="only the engine's rows (no baselines)")
     parser.add_argument("--label", default="context engine")
+    parser.add_argument(
+        "--one-user",
+        action="store_true",
+        help="every conversation a chat of one user (as a person with several long chats), not one user each",
+    )
     parser.add_argument("--json", type=Path, help="also write the figures as JSON")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
@@ -432,8 +466,14 @@ def main() -> None:
     tallies: dict = {}
     timing: dict = {}
     search: dict = {}
-    for conv in conversations:
-        run_conversation(conv, budgets, tallies, timing, search, args.engine_only)
+    if args.one_user:  # every chat imported first: each question's search meets the other chats' turns too
+        place = Place()
+        imported = [place.add(conv) for conv in conversations]
+        for conv, chat in zip(conversations, imported):
+            run_conversation(conv, budgets, tallies, timing, search, args.engine_only, place, chat)
+    else:
+        for conv in conversations:
+            run_conversation(conv, budgets, tallies, timing, search, args.engine_only)
     out = report(budgets, tallies, timing, search, args.label)
     if args.json:
         args.json.write_text(json.dumps(out, indent=1), encoding="utf-8")

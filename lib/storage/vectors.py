@@ -112,9 +112,9 @@ class VectorStore:
         self.chat_filter = chat_filter  # the index filters by session_id (lib.storage.schema.filters_by_chat)
 
     @classmethod
-    def open(cls, client: Any, table: str, meter: Meter | None = None, *, chat_filter: bool = True) -> VectorStore:
+    def open(cls, client: Any, table: str, meter: Meter | None = None) -> VectorStore:
         """The vector store of one table, through its (metered) client."""
-        return cls(Gateway(client, table, meter), chat_filter=chat_filter)
+        return cls(Gateway(client, table, meter))
 
     @property
     def db(self) -> Gateway:

@@ -13,6 +13,11 @@ from typing import Any, Mapping
 
 from lib.errors import ConfigError
 
+# The offline embedders (CHAT_EMBED_PROVIDER=local, lib/search/embedders.py) and their fixed dimensions.
+LOCAL_EMBED_MODELS = {"wordllama-l2_supercat-256": 256, "all-MiniLM-L6-v2": 384}
+DEFAULT_LOCAL_EMBED_MODEL = "all-MiniLM-L6-v2"  # 5 points more evidence recall on LoCoMo (docs/performance.md)
+BEDROCK_DEFAULT_DIMENSIONS = 256  # Bedrock's when CHAT_EMBED_DIMENSIONS is unset (what tables made before hold)
+
 # name -> (default, meaning); "" means unset.
 SETTINGS: dict[str, tuple[str, str]] = {
     "CHAT_BACKEND": ("local", "`local` (embedded DynamoDB, no AWS) or `aws`. `aws` never falls back to local."),
@@ -187,18 +192,19 @@ SETTINGS: dict[str, tuple[str, str]] = {
     # Semantic search (docs/search.md).
     "CHAT_EMBED_PROVIDER": (
         "local",
-        "`local` (offline: the `wordllama` package's bundled 256-d weights), `bedrock` "
+        "`local` (offline, never the network: all-MiniLM-L6-v2, or wordllama, see `CHAT_EMBED_MODEL`), `bedrock` "
         "(Cohere Embed v4 or Titan Text Embeddings V2) or `off` (keyword search only).",
     ),
     "CHAT_EMBED_MODEL": (
         "",
-        "Embedding model id. Unset: `wordllama-l2_supercat-256` (local), "
-        "`us.cohere.embed-v4:0` (bedrock); `amazon.titan-embed-text-v2:0` selects Titan.",
+        "Embedding model id. Unset: `all-MiniLM-L6-v2` (local; `wordllama-l2_supercat-256` is the other local one, "
+        "quicker and weaker), `us.cohere.embed-v4:0` (bedrock); `amazon.titan-embed-text-v2:0` selects Titan. "
+        "After a change: `reindex`.",
     ),
     "CHAT_EMBED_DIMENSIONS": (
-        "256",
-        "Vector dimensions: fixed when the index is made (local: 256 only; Cohere v4: "
-        "256/512/1024/1536; Titan v2: 256/512/1024).",
+        "0",
+        "Vector dimensions, fixed when the index is made. `0`: the model's own locally (384 MiniLM, 256 "
+        "wordllama), 256 on Bedrock (Cohere v4: 256/512/1024/1536; Titan v2: 256/512/1024).",
     ),
     "CHAT_EMBED_REGION": ("", "Bedrock region of the `bedrock` embedder; unset: `CHAT_BEDROCK_REGION`."),
     "CHAT_EMBED_BASE_URL": ("", "Bedrock runtime endpoint override for the embedder (a VPC endpoint)."),
@@ -282,7 +288,7 @@ class Settings:
     memory_tokens: int
     embed_provider: str = "local"
     embed_model: str = ""
-    embed_dimensions: int = 256
+    embed_dimensions: int = 384
     embed_region: str = ""
     embed_base_url: str = ""
     embed_timeout_s: float = 10.0
@@ -411,10 +417,20 @@ def _check_embedder(values: dict[str, Any]) -> None:
     if provider not in ("local", "bedrock", "off"):
         raise ConfigError(f"CHAT_EMBED_PROVIDER must be 'local', 'bedrock' or 'off', not {provider!r}.")
     if not values["embed_model"]:
-        values["embed_model"] = "us.cohere.embed-v4:0" if provider == "bedrock" else "wordllama-l2_supercat-256"
+        values["embed_model"] = "us.cohere.embed-v4:0" if provider == "bedrock" else DEFAULT_LOCAL_EMBED_MODEL
     values["embed_region"] = values["embed_region"] or values["bedrock_region"]
-    if provider == "local" and dims != 256:
-        raise ConfigError("CHAT_EMBED_DIMENSIONS must be 256 with CHAT_EMBED_PROVIDER=local (the bundled weights).")
+    if provider == "local":
+        own = LOCAL_EMBED_MODELS.get(values["embed_model"])
+        if own is None:
+            raise ConfigError(
+                f"CHAT_EMBED_MODEL must be one of {', '.join(LOCAL_EMBED_MODELS)} with CHAT_EMBED_PROVIDER=local, "
+                f"not {values['embed_model']!r}."
+            )
+        if dims not in (own, 0):  # 0: unset
+            raise ConfigError(f"CHAT_EMBED_DIMENSIONS must be {own} for {values['embed_model']} (its weights' size).")
+        values["embed_dimensions"] = own
+    elif dims == 0:
+        values["embed_dimensions"] = dims = BEDROCK_DEFAULT_DIMENSIONS
     if provider == "bedrock":
         allowed = (256, 512, 1024) if "titan" in values["embed_model"] else (256, 512, 1024, 1536)
         if dims not in allowed:

@@ -148,10 +148,20 @@ def open_database(settings: Settings) -> Database:
                 index = vector_index_description(client, settings.table)
                 if index is None:  # made before search existed
                     add_vector_index(client, settings.table, settings.embed_dimensions)  # backfilled on return
-                elif not filters_by_chat(index):  # made before the chat filter: made again, of its own dimensions
-                    logs.event("vector_index.rebuilt", table=settings.table, reason="no chat filter")
+                elif not filters_by_chat(index) or index.get("Dimensions") != settings.embed_dimensions:
+                    # Made before the chat filter, or for another local model's size (CHAT_EMBED_MODEL changed): a
+                    # vector index cannot be changed, so it is made again for this embedder. Vectors of the other
+                    # size stay on their items, out of the index, until `reindex` embeds them again.
+                    resized = index.get("Dimensions") != settings.embed_dimensions
+                    logs.event(
+                        "vector_index.rebuilt",
+                        table=settings.table,
+                        reason="dimensions" if resized else "no chat filter",
+                        dimensions=settings.embed_dimensions,
+                        **({"fix": "python -m lib.admin reindex"} if resized else {}),
+                    )
                     delete_vector_index(client, settings.table)
-                    add_vector_index(client, settings.table, index["Dimensions"])
+                    add_vector_index(client, settings.table, settings.embed_dimensions)
             ensure_ttl(client, settings.table)  # temporary chats and audit records expire offline too
         where = (
             f"local embedded DynamoDB, saved in {data_dir}/"

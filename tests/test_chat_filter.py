@@ -104,6 +104,7 @@ def old_table_env(monkeypatch, server):
     name = old_index_table(server)
     monkeypatch.setenv("CHAT_TABLE", name)
     monkeypatch.setenv("CHAT_DATA_DIR", ":memory:")
+    monkeypatch.setenv("CHAT_EMBED_MODEL", "wordllama-l2_supercat-256")  # the old table's model (256 dimensions)
     yield name
     local_client(server).delete_table(TableName=name)
 
@@ -132,7 +133,12 @@ def old_aws_table(monkeypatch, server):
     from tests.test_database import AWS_SERVING
 
     name = old_index_table(server)
-    for key, value in {**AWS_SERVING, "CHAT_DYNAMODB_ENDPOINT": server.endpoint_url, "CHAT_TABLE": name}.items():
+    old = {
+        "CHAT_DYNAMODB_ENDPOINT": server.endpoint_url,
+        "CHAT_TABLE": name,
+        "CHAT_EMBED_MODEL": "wordllama-l2_supercat-256",
+    }
+    for key, value in {**AWS_SERVING, **old}.items():
         monkeypatch.setenv(key, value)
     yield name
     local_client(server).delete_table(TableName=name)

@@ -72,6 +72,7 @@ class TestWhatIsLogged:
 
         monkeypatch.setenv("CHAT_TABLE", table)
         monkeypatch.setenv("CHAT_DATA_DIR", ":memory:")
+        monkeypatch.setenv("CHAT_EMBED_MODEL", "wordllama-l2_supercat-256")  # the fixture table's 256 dimensions
         assert admin.main(["check", "--user", "nobody@example.com"]) == 0
         events = [json.loads(x)["event"] for x in capsys.readouterr().err.splitlines() if x.startswith("{")]
         events = [e for e in events if not e.startswith("audit.")]  # its audit records: tests/test_audit.py

@@ -347,8 +347,12 @@ class TestBedrock:
 def test_settings_refuse_dimensions_the_model_cannot_give():
     from lib.errors import ConfigError
 
-    with pytest.raises(ConfigError, match="256"):
+    with pytest.raises(ConfigError, match="must be 384 for all-MiniLM-L6-v2"):
         Settings.load({"CHAT_EMBED_DIMENSIONS": "512"}, {}, for_operator=True)
+    with pytest.raises(ConfigError, match="must be 256 for wordllama"):
+        Settings.load(
+            {"CHAT_EMBED_MODEL": "wordllama-l2_supercat-256", "CHAT_EMBED_DIMENSIONS": "384"}, {}, for_operator=True
+        )
     with pytest.raises(ConfigError, match="256, 512, 1024"):
         Settings.load(
             {
@@ -375,7 +379,7 @@ def test_an_existing_local_table_gets_the_vector_index_when_the_app_starts(serve
             Settings.load({"CHAT_TABLE": name, "CHAT_DATA_DIR": ":memory:"}, {}, for_operator=True)
         )
         index = vector_index_description(database.client, name)
-        assert (index["Dimensions"], index["IndexStatus"], index["Backfilling"]) == (256, "ACTIVE", False)
+        assert (index["Dimensions"], index["IndexStatus"], index["Backfilling"]) == (384, "ACTIVE", False)  # MiniLM
     finally:
         local_client(server).delete_table(TableName=name)
 
@@ -433,7 +437,7 @@ def test_a_vector_index_added_while_the_app_runs_is_seen_after_the_negative_answ
         assert searchable_indexer(running) is None  # a negative answer is kept a while: no DescribeTable per run
         now[0] += 60
         found = searchable_indexer(running)
-        assert found is not None and found.embedder.dimensions == 256
+        assert found is not None and found.embedder.dimensions == 384  # the default local model's
         now[0] += 10**6
         assert searchable_indexer(running) is not None  # a positive answer is kept
     finally:

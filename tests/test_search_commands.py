@@ -62,7 +62,7 @@ def test_add_vector_index_waits_and_probes(env, capsys):
     )  # nobody has vectors: the probe never finds any
     assert main(["add-vector-index", "--timeout", "5"]) == 0
     captured = capsys.readouterr()
-    assert "IndexStatus=ACTIVE Backfilling=false" in captured.err and "is searchable (256 dimensions)" in captured.out
+    assert "IndexStatus=ACTIVE Backfilling=false" in captured.err and "is searchable (384 dimensions)" in captured.out
 
 
 def test_imported_history_is_searchable_without_a_reindex(env, capsys, tmp_path):
@@ -97,13 +97,15 @@ def test_imported_history_is_searchable_without_a_reindex(env, capsys, tmp_path)
 
 
 def test_search_without_a_matching_vector_index_says_how_to_add_it(monkeypatch, server, capsys):
+    """On AWS an index of another model's size is left alone (the local backend makes it again at start)."""
     from lib.database import local_client
     from lib.storage.schema import create_table
+    from tests.test_database import AWS_SERVING
 
     name = f"cmd-{uuid.uuid4().hex[:10]}"
     create_table(local_client(server), name, vector_dimensions=8)  # another model's index
-    monkeypatch.setenv("CHAT_TABLE", name)
-    monkeypatch.setenv("CHAT_DATA_DIR", ":memory:")
+    for key, value in {**AWS_SERVING, "CHAT_DYNAMODB_ENDPOINT": server.endpoint_url, "CHAT_TABLE": name}.items():
+        monkeypatch.setenv(key, value)
     assert main(["search", "--user", "alice", "anything"]) == 2
     assert "add-vector-index" in capsys.readouterr().err
     assert main(["add-vector-index"]) == 2

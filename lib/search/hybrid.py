@@ -34,7 +34,8 @@ MIN_QUERY_CHARS = 2
 # COSINE distance past which a result without a keyword match is noise, per embedding model. Local wordllama, on
 # the demo history: nonsense and unrelated queries ("zzqx", "banana", "quarterly revenue forecast") are all at 0.82
 # or more, a meaning match without a shared word ("pagination" for "How do I paginate a DynamoDB Query?") at 0.78.
-UNMATCHED_MAX_DISTANCE = {"wordllama-l2_supercat-256": 0.8}
+# Local MiniLM, on the demo's questions: the same nonsense and unrelated queries at 0.70 or more, "pagination" at 0.45.
+UNMATCHED_MAX_DISTANCE = {"wordllama-l2_supercat-256": 0.8, "all-MiniLM-L6-v2": 0.6}
 
 
 @dataclass(frozen=True)

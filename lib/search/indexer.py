@@ -226,6 +226,7 @@ def reindex_user(
 NO_INDEX_RECHECK_S = 60.0
 _SEARCHABLE: dict[tuple[int, str], tuple[int | None, bool, float]] = {}
 _clock: Callable[[], float] = time.monotonic
+_WRONG_SIZE: set[tuple[int, str]] = set()  # (client, table) whose index was found of another size than the embedder
 
 
 def _index_state(database: Any) -> tuple[int | None, bool]:
@@ -261,4 +262,15 @@ def searchable_indexer(services: Any) -> Indexer | None:
         return None
     dimensions, by_chat = _index_state(services.database)
     indexer.vectors.chat_filter = by_chat
+    if dimensions is not None and dimensions != indexer.embedder.dimensions:
+        key = (id(services.database.client), services.database.table)
+        if key not in _WRONG_SIZE:  # said once a process: search and recall are keyword-only until it is made again
+            _WRONG_SIZE.add(key)
+            logs.warning(
+                "search.index_dimensions_differ",
+                index=dimensions,
+                embedder=indexer.embedder.dimensions,
+                fix="python -m lib.admin add-vector-index --rebuild, then reindex",
+            )
+        return None
     return indexer if dimensions == indexer.embedder.dimensions else None

@@ -15,7 +15,7 @@ TTL_ATTRIBUTE = "expire_at"  # optional retention: items carrying it expire (epo
 VECTOR_INDEX = "vectors"
 VECTOR_ATTRIBUTE, USER_ATTRIBUTE, KIND_ATTRIBUTE = "embedding", "user_id", "kind"
 CHAT_ATTRIBUTE = "session_id"
-DEFAULT_DIMENSIONS = 256  # the local embedder's (wordllama l2_supercat 256); CHAT_EMBED_DIMENSIONS sets it
+DEFAULT_DIMENSIONS = 256  # the tests' and benches' tables (wordllama's size); the app passes CHAT_EMBED_DIMENSIONS
 
 
 def vector_index(dimensions: int) -> dict:

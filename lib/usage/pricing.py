@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field, replace
 
-from lib.config import Settings
+from lib.config import LOCAL_EMBED_MODELS, Settings
 from lib.errors import ConfigError
 
 # USD per million tokens (input, output): Anthropic's list prices. Cache reads cost 0.1x input,
@@ -59,11 +59,12 @@ class Prices:
                 if c.input_per_m is not None
             }
         )
-        # Embedding tokens are ledger tokens of the embedding model: the local one is free, Bedrock's as configured.
+        # Embedding tokens are ledger tokens of the embedding model: the local ones are free (also the one used
+        # before a change of CHAT_EMBED_MODEL), Bedrock's as configured.
         embed = getattr(settings, "embed_model", "")
-        if getattr(settings, "embed_provider", "") == "local":
-            models.setdefault(embed, (0.0, 0.0))
-        elif embed and getattr(settings, "price_embed_per_m", ""):
+        for local in LOCAL_EMBED_MODELS:
+            models.setdefault(local, (0.0, 0.0))
+        if embed and getattr(settings, "price_embed_per_m", ""):
             models.setdefault(embed, (float(settings.price_embed_per_m), 0.0))
 
         def per_gb(text: str) -> float | None:

@@ -18,7 +18,7 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from lib.search.embedders import LOCAL_MODEL
+from lib.config import LOCAL_EMBED_MODELS
 from lib.usage.costs import model_label
 from lib.usage.ledger import Bucket
 from lib.usage.pricing import Prices
@@ -29,10 +29,10 @@ _TOKEN_PREFIXES = ("tn|", "ti|", "to|", "tcr|", "tcw|")
 
 
 def embedding_models(buckets: Iterable[Bucket], configured: str) -> frozenset[str]:
-    """The ledger's models that are embedders: the configured one, the local one, and any named like one
+    """The ledger's models that are embedders: the configured one, the local ones, and any named like one
     (Bedrock's `cohere.embed-*` and `amazon.titan-embed-*`, also after the embedder was changed)."""
     seen = {name.split("|", 1)[1] for b in buckets for name in b.counters if name.startswith("tn|")}
-    return frozenset(m for m in seen if m == configured or m == LOCAL_MODEL or "embed" in m.lower())
+    return frozenset(m for m in seen if m == configured or m in LOCAL_EMBED_MODELS or "embed" in m.lower())
 
 
 def _model_of(counter: str) -> str | None:

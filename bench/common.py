@@ -11,17 +11,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from lib.database import local_client, local_server  # noqa: E402
 from lib.storage.capacity import Meter  # noqa: E402
-from lib.storage.schema import create_table  # noqa: E402
+from lib.storage.schema import DEFAULT_DIMENSIONS, create_table  # noqa: E402
 from lib.storage.store import ChatStore  # noqa: E402
 
 
-def fresh_store() -> tuple[ChatStore, Meter, Any]:
-    """A store on a new table of the in-memory embedded server, with its meter and client."""
+def fresh_store(vector_dimensions: int = DEFAULT_DIMENSIONS) -> tuple[ChatStore, Meter, Any]:
+    """A store on a new table of the in-memory embedded server (its vector index of `vector_dimensions`), with its
+    meter and client."""
     server = local_server(None, "us-east-1")
     meter = Meter(trust_reported=False)
     client = meter.install(local_client(server))
     table = f"bench-{uuid.uuid4().hex[:8]}"
-    create_table(client, table)
+    create_table(client, table, vector_dimensions=vector_dimensions)
     return ChatStore(client, table, meter, cursor_secret="bench"), meter, client
 
 

@@ -50,6 +50,7 @@ USER = "locomo@example.com"
 PROMPT_ID = "default-v1"
 _SESSION = re.compile(r"session_(\d+)")
 _DIA = re.compile(r"D(\d+):(\d+)")
+EMBED_MODEL = ""  # --embed-model: a local embedder other than the configured default
 
 
 # --- the data -------------------------------------------------------------------------------------------------
@@ -186,14 +187,16 @@ class Place:
         from lib.config import Settings
         from lib.context.engine import ContextEngine
         from lib.model.models import DemoModel
-        from lib.search.embedders import LocalEmbedder
+        from lib.search.embedders import make_embedder
         from lib.search.indexer import Indexer
         from lib.storage.gateway import Gateway
 
-        self.store, meter, self.client = fresh_store()
-        settings = Settings.load(env={"CHAT_MODEL_PROVIDER": "demo"}, secrets={}, for_operator=True)
-        LocalEmbedder._load()
-        self.indexer = Indexer(Gateway(self.client, self.store._table, meter), LocalEmbedder())
+        env = {"CHAT_MODEL_PROVIDER": "demo", **({"CHAT_EMBED_MODEL": EMBED_MODEL} if EMBED_MODEL else {})}
+        settings = Settings.load(env=env, secrets={}, for_operator=True)
+        self.store, meter, self.client = fresh_store(vector_dimensions=settings.embed_dimensions)
+        embedder = make_embedder(settings)
+        type(embedder)._load()
+        self.indexer = Indexer(Gateway(self.client, self.store._table, meter), embedder)
         self.engine = ContextEngine(
             self.client, self.store._table, meter, DemoModel(delay_s=0), settings, indexer=self.indexer
         )
@@ -446,8 +449,11 @@ def main() -> None:
         action="store_true",
         help="every conversation a chat of one user (as a person with several long chats), not one user each",
     )
+    parser.add_argument("--embed-model", default="", help="the local embedder (CHAT_EMBED_MODEL); unset: the default")
     parser.add_argument("--json", type=Path, help="also write the figures as JSON")
     args = parser.parse_args()
+    global EMBED_MODEL
+    EMBED_MODEL = args.embed_model
     sys.path.insert(0, str(ROOT))
     if args.lib is not None:
         sys.path.insert(0, str(args.lib.resolve()))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import uuid
 from typing import Any
 
@@ -58,6 +59,17 @@ def table(server) -> str:
     create_table(client, name)
     yield name
     client.delete_table(TableName=name)
+
+
+@pytest.fixture
+def no_network(monkeypatch) -> None:
+    """Every outbound connection fails: what is loaded must come from the installed packages' files."""
+
+    def refuse(*args, **kwargs):
+        raise OSError("network disabled in this test")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ size, with `reindex` embedding the old model's turns again."""
 from __future__ import annotations
 
 import shutil
-import socket
 import uuid
 
 import pytest
@@ -32,12 +31,7 @@ def cos(x, y) -> float:
     return sum(p * q for p, q in zip(x, y))
 
 
-def test_the_forward_pass_gives_the_models_published_vector_with_no_network(monkeypatch):
-    def refuse(*args, **kwargs):
-        raise OSError("network disabled in this test")
-
-    monkeypatch.setattr(socket.socket, "connect", refuse)
-    monkeypatch.setattr(socket, "create_connection", refuse)
+def test_the_forward_pass_gives_the_models_published_vector_with_no_network(no_network, monkeypatch):
     monkeypatch.setattr(MiniLMEmbedder, "_model", None)
     out = MiniLMEmbedder().embed(["This is an example sentence"], "query")
     (vector,) = out.vectors
@@ -95,40 +89,37 @@ def test_settings_take_the_models_own_dimensions_and_refuse_others():
         Settings.load({"CHAT_EMBED_MODEL": "bge-small"}, {}, for_operator=True)
 
 
-def test_search_with_the_model_finds_the_paraphrased_turn(server):
+@pytest.fixture
+def table_of_384(server) -> str:
+    """A table whose vector index has MiniLM's size (conftest's `table` has wordllama's 256)."""
     name = f"mini-{uuid.uuid4().hex[:8]}"
     client = local_client(server)
     create_table(client, name, vector_dimensions=384)
-    try:
-        meter = Meter(trust_reported=False)
-        store = ChatStore(client, name, meter, cursor_secret="t")
-        indexer = Indexer(Gateway(client, name, meter), MiniLMEmbedder())
-        for question, answer in FACTS:
-            session, message = finished_chat(store, "u-1", question, answer)
-            assert index_turn_after_save(indexer, "u-1", session.title, message)
-        outcome = search_chats(indexer.vectors, indexer.embedder, "u-1", "how do I bake a loaf")
-        assert outcome.results[0].snippet.startswith(FACTS[1][0])
-        assert {v["embed_model"] for v in vector_items(client, name, "u-1")} == {MINILM_MODEL}
-    finally:
-        client.delete_table(TableName=name)
+    yield name
+    client.delete_table(TableName=name)
+
+
+def test_search_with_the_model_finds_the_paraphrased_turn(client, table_of_384, meter):
+    store = ChatStore(client, table_of_384, meter, cursor_secret="t")
+    indexer = Indexer(Gateway(client, table_of_384, meter), MiniLMEmbedder())
+    for question, answer in FACTS:
+        session, message = finished_chat(store, "u-1", question, answer)
+        assert index_turn_after_save(indexer, "u-1", session.title, message)
+    outcome = search_chats(indexer.vectors, indexer.embedder, "u-1", "how do I bake a loaf")
+    assert outcome.results[0].snippet.startswith(FACTS[1][0])
+    assert {v["embed_model"] for v in vector_items(client, table_of_384, "u-1")} == {MINILM_MODEL}
 
 
 @pytest.mark.parametrize("answer", ["Short.", "Ünïcødé 漢字 " * 800])
-def test_a_turns_384_number_vector_item_is_3_wru_short_or_long(server, answer):
+def test_a_turns_384_number_vector_item_is_3_wru_short_or_long(client, table_of_384, meter, answer):
     from lib.usage.ledger import Ledger
 
-    name = f"mini-{uuid.uuid4().hex[:8]}"
-    meter = Meter(trust_reported=False)
-    client = meter.install(local_client(server))
-    create_table(client, name, vector_dimensions=384)
-    try:
-        ledger = Ledger(client, name, meter)
-        session, message = finished_chat(ChatStore(client, name, meter, cursor_secret="t"), "u-1", "Q " * 900, answer)
-        assert index_turn_after_save(Indexer(Gateway(client, name, meter), MiniLMEmbedder()), "u-1", "T", message)
-        (bucket,) = [b for b in ledger.pending() if b.user == "u-1"]
-        assert (bucket.counters["n.index"], bucket.counters["w.index"]) == (1, 3)  # 4-digit numbers, bounded snippet
-    finally:
-        client.delete_table(TableName=name)
+    ledger = Ledger(client, table_of_384, meter)
+    store = ChatStore(client, table_of_384, meter, cursor_secret="t")
+    session, message = finished_chat(store, "u-1", "Q " * 900, answer)
+    assert index_turn_after_save(Indexer(Gateway(client, table_of_384, meter), MiniLMEmbedder()), "u-1", "T", message)
+    (bucket,) = [b for b in ledger.pending() if b.user == "u-1"]
+    assert (bucket.counters["n.index"], bucket.counters["w.index"]) == (1, 3)  # 4-digit numbers, bounded snippet
 
 
 def test_choosing_the_model_remakes_the_local_index_at_its_size_and_reindex_embeds_the_old_turns(server, capsys):

@@ -3,8 +3,6 @@ vectors, hybrid search scoped to the signed-in user, and what it costs (all on t
 
 from __future__ import annotations
 
-import socket
-
 import pytest
 
 from lib.config import Settings
@@ -60,12 +58,7 @@ def vector_items(client, table, user: str) -> list[dict]:
     return [from_item(i) for i in items]
 
 
-def test_the_local_embedder_loads_the_bundled_weights_with_no_network(monkeypatch):
-    def refuse(*args, **kwargs):
-        raise OSError("network disabled in this test")
-
-    monkeypatch.setattr(socket.socket, "connect", refuse)
-    monkeypatch.setattr(socket, "create_connection", refuse)
+def test_the_local_embedder_loads_the_bundled_weights_with_no_network(no_network, monkeypatch):
     monkeypatch.setattr(LocalEmbedder, "_model", None)
     out = LocalEmbedder().embed(
         ["deploy the billing service", "ship billing to staging", "sourdough bread"], "document"

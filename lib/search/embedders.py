@@ -24,10 +24,11 @@ from typing import Any, Literal, Protocol
 from lib import logs, tokens
 from lib.config import Settings
 from lib.errors import EmbedError
+from lib.search import minilm
 
 Kind = Literal["document", "query"]
 LOCAL_MODEL = "wordllama-l2_supercat-256"
-MINILM_MODEL = "all-MiniLM-L6-v2"
+MINILM_MODEL = minilm.MODEL
 MAX_TEXT_CHARS = 4000  # what one stored text or query may send to a model (a snippet of a long turn is enough)
 
 
@@ -100,8 +101,13 @@ class LocalEmbedder:
 
     def embed(self, texts: Sequence[str], kind: Kind) -> Embedded:
         texts = [t[:MAX_TEXT_CHARS] or " " for t in texts]
-        matrix = self._load().embed(list(texts), norm=True)
+        matrix = self._vectors(self._load(), texts)
         return Embedded([[float(x) for x in row] for row in matrix], sum(tokens.count(t) for t in texts))
+
+    @staticmethod
+    def _vectors(model: Any, texts: list[str]) -> Any:
+        """The model's unit vectors for these texts, row by row."""
+        return model.embed(texts, norm=True)
 
 
 class MiniLMEmbedder(LocalEmbedder):
@@ -109,7 +115,7 @@ class MiniLMEmbedder(LocalEmbedder):
     checksums; better at paraphrase than wordllama, about a thousand times slower (still milliseconds a question)."""
 
     model = MINILM_MODEL
-    dimensions = 384
+    dimensions = minilm.DIMENSIONS
     _lock = threading.Lock()
     _model: Any = None
     _warming = False
@@ -119,15 +125,12 @@ class MiniLMEmbedder(LocalEmbedder):
     def _load(cls) -> Any:
         with cls._lock:
             if cls._model is None:
-                from lib.search.minilm import MiniLM
-
-                cls._model = MiniLM()
+                cls._model = minilm.MiniLM()
             return cls._model
 
-    def embed(self, texts: Sequence[str], kind: Kind) -> Embedded:
-        texts = [t[:MAX_TEXT_CHARS] or " " for t in texts]
-        matrix = self._load().encode(texts)
-        return Embedded([[float(x) for x in row] for row in matrix], sum(tokens.count(t) for t in texts))
+    @staticmethod
+    def _vectors(model: Any, texts: list[str]) -> Any:
+        return model.encode(texts)
 
 
 class BedrockEmbedder:

@@ -262,15 +262,15 @@ def searchable_indexer(services: Any) -> Indexer | None:
         return None
     dimensions, by_chat = _index_state(services.database)
     indexer.vectors.chat_filter = by_chat
-    if dimensions is not None and dimensions != indexer.embedder.dimensions:
-        key = (id(services.database.client), services.database.table)
-        if key not in _WRONG_SIZE:  # said once a process: search and recall are keyword-only until it is made again
-            _WRONG_SIZE.add(key)
-            logs.warning(
-                "search.index_dimensions_differ",
-                index=dimensions,
-                embedder=indexer.embedder.dimensions,
-                fix="python -m lib.admin add-vector-index --rebuild, then reindex",
-            )
-        return None
-    return indexer if dimensions == indexer.embedder.dimensions else None
+    if dimensions == indexer.embedder.dimensions:
+        return indexer
+    key = (id(services.database.client), services.database.table)
+    if dimensions is not None and key not in _WRONG_SIZE:  # said once a process: keyword-only until made again
+        _WRONG_SIZE.add(key)
+        logs.warning(
+            "search.index_dimensions_differ",
+            index=dimensions,
+            embedder=indexer.embedder.dimensions,
+            fix="python -m lib.admin add-vector-index --rebuild, then reindex",
+        )
+    return None
